@@ -31,6 +31,8 @@ _SUBMODULES = {
     "controller",
     "federation",
     "metrics",
+    "cost",
+    "hopfield",
     "plotting",
     "widgets",
     "experiments",
