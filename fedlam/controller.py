@@ -1,0 +1,977 @@
+r"""Client-side plasticity controllers: how much a client trusts its fresh batch.
+
+At round ``t >= 1`` client ``c`` uploads the convex blend (paper eq. ``convex_comb``)
+
+.. math:: J_c^{(t)} = w_c(t)\, B + (1 - w_c(t))\, A,
+
+with ``B`` the Hebbian operator of its new batch and ``A = xî^T xî / N`` the operator the
+server broadcast after round ``t - 1``. This module decides ``w_c(t)``. Derived in
+{ref}`sec-controller`; the noise floor in {ref}`sec-noise-floor`; our rule in
+{ref}`sec-controller-rule`.
+
+The paper's rule, implemented faithfully (:func:`entropy_weight`)
+-----------------------------------------------------------------
+``p`` is the sign agreement of ``A`` and ``B`` over off-diagonal entries, ``H_AB = h2(p)``,
+``H_min(r) = h2((1 + r^2)/2)`` and ``w = max(0, (H_AB - H_min)/(1 - H_min))`` (clipped to
+[0, 1]). What it does:
+
+* **Pure-noise client** (examples uniform +-1). Flipping example column ``j`` flips the
+  sign of every ``B_ij`` and of nothing else, so the off-diagonal signs of ``B`` are
+  uniform and pairwise independent of each other and of ``A``: ``p = 1/2 + delta`` with
+  ``Var(delta) <= 1/(4 n_pairs)``, ``n_pairs = N(N-1)/2``. Because
+  ``1 - h2(1/2 + delta) <= (2 delta)^2 / (2 ln 2 (1 - 4 delta^2))``,
+  ``1 - w <= (2 delta)^2 / (2 ln 2 (1 - 4 delta^2)(1 - H_min(r)))``. At N = 400, r = 0.9
+  (``H_min = 0.4529``) a 10-sigma deviation gives ``1 - w <= 1.7e-3``: **the rule gives the
+  noise client full trust, w ~ 1**, the opposite of the paper's attacker figure. If the
+  client uses its own quality ``r ~ 0`` instead, ``1 - H_min(r) ~ r^4/(2 ln 2)`` and the rule
+  becomes 0/0: its value is decided by O(1/N) sign fluctuations (at N = 400, r = 0.05 it is
+  a random number in [0, 1]). Neither version gives w -> 0.
+* **Honest consolidated client.** ``H_min`` is the disagreement of *one* example, but ``B``
+  averages ``M`` examples: the signs of ``B`` converge to those of ``sum_mu pi_mu xi_i xi_j``,
+  ``p -> 1``, ``H_AB < H_min`` and the rule clips to ``w = 0`` (no fresh evidence at all).
+* **Shift.** A batch dominated by an archetype absent from ``A`` has sign-random entries
+  relative to ``A``: ``w -> 1``. The rule cannot tell novelty from noise: both look like
+  uncorrelated signs.
+* **K̂ = 0 broadcast** (``A = 0``): every sign of ``A`` is 0, each tie counts 1/2, ``p = 1/2``,
+  ``w = 1``: nothing to keep, the client sends its evidence. Defined, no special case.
+
+Our rule: spectral novelty (:func:`novelty_weight`)
+---------------------------------------------------
+Noise and novelty differ in *structure*: a new archetype is a low-rank spike in ``N B``,
+noise is a Marchenko–Pastur bulk. The client knows ``N`` and its ``M``, hence ``q = N/M``.
+
+1. *Bulk fit.* ``N B`` has trace ``N`` (``B_ii = 1/N``). With ``k`` outliers
+   ``lambda_i = s2 (1 + kappa_i)(1 + q/kappa_i)`` (BBP) and a bulk of mean ``s2``, the trace
+   identity ``N = s2 (N + sum_i kappa_i)`` gives
+   ``s2 = (N - sum_i lambda_i) / (N - k - q (k + sum_i 1/kappa_i))``; iterate with ``k`` and
+   ``kappa_i`` (inversion of the BBP location) until stable. For honest data
+   ``s2 = 1 - r^2``, so ``r_hat = sqrt(1 - s2)`` (:func:`estimate_quality`).
+2. *Detection.* Outlier iff ``lambda > s2 (mu_J + s_TW sigma_J)/M`` with Johnstone's
+   centring and scaling of the largest eigenvalue of a white Wishart matrix (M samples, N
+   variables) and ``s_TW`` a Tracy–Widom (beta = 1) quantile (default 0.999). No outlier:
+   the batch carries nothing the client can show to be signal, ``w = 0`` (it uploads the
+   broadcast, i.e. it abstains without changing the server's normalisation).
+3. *Novelty.* For outlier ``i`` with unit eigenvector ``v_i`` the spike direction ``u_i``
+   satisfies ``v_i = sqrt(gamma_i) u_i + sqrt(1 - gamma_i) z_i`` with
+   ``gamma_i = (1 - q/kappa_i^2)/(1 + q/kappa_i)`` and ``z_i`` orthogonal to the signal
+   subspace, hence (to O(rank A / N)) outside the range of ``A``. With ``P`` the projector on
+   ``range(A)`` and ``nu_i = |(I - P) u_i|^2`` the part of the spike the server does not
+   hold, ``E |(I - P) v_i|^2 = gamma_i nu_i + 1 - gamma_i``, so
+   ``nu_hat_i = clip((|(I - P) v_i|^2 - (1 - gamma_i)) / gamma_i, 0, 1)``.
+4. *Weight.* ``f = sum_i E_i nu_hat_i / sum_i E_i`` with signal energies
+   ``E_i = s2 kappa_i gamma_i`` (the reliably estimated part of each spike), and
+   ``w = w_floor + (1 - w_floor) f``.
+
+So a pure-noise client gets ``w = 0``; a consolidated honest client (all its spikes inside
+``range(A)``) sits at ``w_floor``; a new archetype raises ``f`` by its share of the client's
+signal energy; with ``A = 0`` every detected spike is novel and ``w = 1``. Since ``A`` is
+exactly low rank, the server's bulk scales with the clients' ``w`` as much as the fresh
+spikes do, so a small ``w_floor`` does not hide new archetypes from the server's
+scale-free K̂ estimators; it only fixes how fast the memory is refreshed.
+
+Numbers (N = 400, M = 300, K = 3 random archetypes, r = 0.9; one seeded draw each)
+----------------------------------------------------------------------------------
+====================================  ==========================  ===================
+client batch vs broadcast ``A``       paper rule                  novelty rule (ours)
+====================================  ==========================  ===================
+pure noise, r = 0.9 plugged in        p = 0.50016, w = 0.9999999   w = 0 (no outlier)
+pure noise, r_hat = 0 clamped to 0.1  w = 0.9989                   w = 0
+pure noise, r = 0.05 / 0.02           w = 0.983 / 0.337 (0/0)      w = 0
+honest, archetypes already in ``A``   p = 1.000, w = 0             f = 0.000, w = 0.100
+40 % of the batch from a new one      p = 0.623, w = 0.919         f = 0.398, w = 0.458
+batch only from a new archetype       w = 0.99999                  w = 0.995
+``A = 0`` (K̂ = 0), honest / noise     w = 1 / 1                    w = 1 / 0
+====================================  ==========================  ===================
+
+``r_hat`` of the honest batch is 0.8996 (bulk variance 0.1907 vs 1 - r^2 = 0.19).
+
+Smoothing
+---------
+:func:`ema` is the paper's eq. ``w_ema`` with an explicit previous value. Controllers start
+from ``w_init`` (default 1: round 0 of the protocol uses local operators only, i.e.
+``w_c(0) = 1``). On an empty batch every controller returns 0 (there is nothing to blend)
+and leaves its state unchanged. The novelty controller smooths only detected rounds; the
+detection test is a gate applied after smoothing (a test result is not a noisy estimate).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+
+from . import rmt
+from ._validation import (
+    _describe,
+    check_in_range,
+    check_nonneg_int,
+    check_operator,
+    check_pm1,
+    check_positive_int,
+    check_quality,
+    check_real,
+)
+
+__all__ = [
+    "sign_agreement",
+    "binary_entropy",
+    "h_min",
+    "entropy_weight",
+    "paper_terms",
+    "ema",
+    "LocalSpectrum",
+    "local_spectrum",
+    "BulkFit",
+    "fit_bulk",
+    "estimate_quality",
+    "NoveltyAssessment",
+    "novelty_assessment",
+    "novelty_weight",
+    "noise_client_paper_bound",
+    "WeightDecision",
+    "WeightController",
+    "PaperController",
+    "NoveltyController",
+    "ConstantController",
+    "make_controller",
+]
+
+# Tracy-Widom (beta = 1) 0.999 quantile (= 3.2722): the default detection margin in
+# Johnstone's scaling (false detection on a pure-noise batch with probability ~ 1e-3).
+_TW1_Q999 = float(rmt.tw1_quantile(0.999))
+
+
+# ----------------------------------------------------------------------------------------
+# the paper's ingredients
+# ----------------------------------------------------------------------------------------
+def _check_pair_ops(A: Any, B: Any) -> tuple[np.ndarray, np.ndarray]:
+    check_operator(A, "A")
+    check_operator(B, "B")
+    if A.shape != B.shape:
+        raise ValueError(f"A and B must have the same shape, got A {A.shape} and B {B.shape}")
+    return A, B
+
+
+def sign_agreement(A: np.ndarray, B: np.ndarray) -> float:
+    """Fraction of off-diagonal entries where ``sign(A_ij) = sign(B_ij)`` (paper eq. ``p_sign_agreement``).
+
+    An entry where either sign is 0 counts 1/2: the expected agreement of an undetermined
+    sign with a fair coin. Even K̂ makes such ties in ``A = xî^T xî/N``; ``A = 0`` (K̂ = 0)
+    gives exactly 1/2. With ``s = sign(A) sign(B)`` in {-1, 0, 1} the rule is
+    ``p = 1/2 + mean_{i != j} s_ij / 2``. Derived in {ref}`sec-controller`.
+
+    Parameters
+    ----------
+    A, B : numpy.ndarray
+        Symmetric finite float (N, N) operators, N >= 2.
+
+    Returns
+    -------
+    float
+        p in [0, 1].
+    """
+    A, B = _check_pair_ops(A, B)
+    return _paper_terms(A, B, 1.0)["p"]
+
+
+def binary_entropy(p: Any) -> Any:
+    """Binary entropy in bits, ``h2(p) = -p log2 p - (1-p) log2 (1-p)``, with ``0 log 0 = 0``.
+
+    Derived in {ref}`sec-controller`.
+
+    Parameters
+    ----------
+    p : float or numpy.ndarray
+        Probabilities in [0, 1].
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Same shape as ``p``; values in [0, 1].
+    """
+    if isinstance(p, np.ndarray):
+        if not np.issubdtype(p.dtype, np.floating) and not np.issubdtype(p.dtype, np.integer):
+            raise TypeError(f"p must be a float array, got dtype {p.dtype}")
+        if p.dtype == bool:
+            raise TypeError("p must be a float array, got dtype bool")
+        if not np.all(np.isfinite(p)):
+            raise ValueError("p must be finite")
+        if np.any((p < 0) | (p > 1)):
+            raise ValueError(f"p must lie in [0, 1], got range [{p.min()}, {p.max()}]")
+        x = p.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = np.where(x > 0, -x * np.log2(np.where(x > 0, x, 1.0)), 0.0)
+            b = np.where(x < 1, -(1 - x) * np.log2(np.where(x < 1, 1 - x, 1.0)), 0.0)
+        return a + b
+    x = check_in_range(p, "p", 0.0, 1.0)
+    out = 0.0
+    if 0.0 < x:
+        out -= x * math.log2(x)
+    if x < 1.0:
+        out -= (1.0 - x) * math.log2(1.0 - x)
+    return out
+
+
+def h_min(r: Any) -> Any:
+    """The paper's noise floor ``H_min(r) = h2((1 + r^2)/2)`` (paper eq. ``H_min``).
+
+    ``(1 + r^2)/2`` is ``P(eta_i eta_j = xi_i xi_j)`` for ONE example; a batch of M examples
+    agrees with the archetype far more often (see the module notes). ``r = 0`` gives 1,
+    ``r = 1`` gives 0. Derived in {ref}`sec-noise-floor`.
+
+    Parameters
+    ----------
+    r : float or numpy.ndarray
+        Channel quality in [0, 1].
+
+    Returns
+    -------
+    float or numpy.ndarray
+    """
+    if isinstance(r, np.ndarray):
+        if r.dtype == bool or not np.issubdtype(r.dtype, np.number):
+            raise TypeError(f"r must be a float array, got dtype {r.dtype}")
+        if not np.all(np.isfinite(r)) or np.any((r < 0) | (r > 1)):
+            raise ValueError("r must lie in [0, 1] (finite)")
+        return binary_entropy((1.0 + r.astype(np.float64) ** 2) / 2.0)
+    rv = check_in_range(r, "r", 0.0, 1.0)
+    return binary_entropy((1.0 + rv * rv) / 2.0)
+
+
+def paper_terms(A: np.ndarray, B: np.ndarray, r: float) -> dict[str, float]:
+    """All intermediate quantities of the paper's rule: ``p``, ``H_AB``, ``H_min``, ``w``.
+
+    Derived in {ref}`sec-controller`. See :func:`entropy_weight`.
+    """
+    r = check_quality(r)
+    _check_pair_ops(A, B)
+    return _paper_terms(A, B, r)
+
+
+def _paper_terms(A: np.ndarray, B: np.ndarray, r: float) -> dict[str, float]:
+    N = A.shape[0]
+    sgn = np.sign(A) * np.sign(B)
+    p = 0.5 + 0.5 * float(sgn.sum() - np.trace(sgn)) / (N * (N - 1))
+    H = binary_entropy(p)
+    Hm = h_min(r)
+    if Hm >= 1.0:  # r so small that h2((1+r^2)/2) rounds to 1: the rule is 0/0
+        raise ValueError(
+            f"r = {r!r} is too small: 1 - H_min(r) = 0 in floating point, the paper's rule is 0/0"
+        )
+    w = (H - Hm) / (1.0 - Hm)
+    return {"p": p, "H_AB": H, "H_min": Hm, "w_unclipped": w, "w": min(1.0, max(0.0, w))}
+
+
+def entropy_weight(A: np.ndarray, B: np.ndarray, r: float) -> float:
+    """The paper's entropy rule ``w = max(0, (H_AB - H_min(r)) / (1 - H_min(r)))`` (eq. ``w_entropy_rule``).
+
+    Implemented faithfully: ``p`` = off-diagonal sign agreement (:func:`sign_agreement`,
+    ties count 1/2), ``H_AB = h2(p)``, ``H_min`` from :func:`h_min`, result clipped to
+    [0, 1]. It gives a pure-noise client ``w ~ 1`` and a consolidated honest client with a
+    large batch ``w = 0``; see the module notes. Derived in {ref}`sec-controller`.
+
+    Parameters
+    ----------
+    A : numpy.ndarray
+        Broadcast operator (N, N) (the zero matrix when K̂ = 0: then ``w = 1``).
+    B : numpy.ndarray
+        The client's fresh batch operator (N, N).
+    r : float
+        Channel quality in (0, 1] used for the noise floor (known, or estimated with
+        :func:`estimate_quality`).
+
+    Returns
+    -------
+    float
+        w in [0, 1].
+    """
+    return paper_terms(A, B, r)["w"]
+
+
+def noise_client_paper_bound(N: int, r: float, n_sigma: float = 10.0) -> float:
+    """Upper bound on ``1 - w`` of the paper's rule for a pure-noise client.
+
+    A pure-noise batch has off-diagonal signs uniform and pairwise independent, so
+    ``p = 1/2 + delta`` with ``sd(delta) <= 1/(2 sqrt(N(N-1)/2))``. For
+    ``|delta| <= n_sigma sd`` (probability >= 1 - 1/n_sigma^2 by Chebyshev),
+    ``1 - w <= (2 delta)^2 / (2 ln 2 (1 - 4 delta^2) (1 - H_min(r)))``.
+    Derived in {ref}`sec-controller`.
+
+    Parameters
+    ----------
+    N : int
+        Number of neurons, >= 2.
+    r : float
+        Quality in (0, 1] plugged into the noise floor.
+    n_sigma : float
+        Deviation allowed, in standard deviations.
+
+    Returns
+    -------
+    float
+    """
+    N = check_positive_int(N, "N", minimum=2)
+    r = check_quality(r)
+    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None, low_open=True)
+    delta = n_sigma / (2.0 * math.sqrt(N * (N - 1) / 2.0))
+    if delta >= 0.5:
+        return 1.0
+    x = (2 * delta) ** 2
+    return min(1.0, x / (2 * math.log(2) * (1 - x) * (1.0 - h_min(r))))
+
+
+def ema(new: float, old: float, alpha: float) -> float:
+    """Exponential moving average ``alpha * new + (1 - alpha) * old`` (paper eq. ``w_ema``).
+
+    ``old`` is explicit: the first smoothed value needs an initial weight (controllers use
+    ``w_init``). Derived in {ref}`sec-controller`.
+
+    Parameters
+    ----------
+    new, old : float
+        Weights in [0, 1].
+    alpha : float
+        In [0, 1]; 1 = no smoothing.
+
+    Returns
+    -------
+    float
+    """
+    new = check_in_range(new, "new", 0.0, 1.0)
+    old = check_in_range(old, "old", 0.0, 1.0)
+    alpha = check_in_range(alpha, "alpha", 0.0, 1.0)
+    return alpha * new + (1.0 - alpha) * old
+
+
+# ----------------------------------------------------------------------------------------
+# the client's own spectrum
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LocalSpectrum:
+    """Leading spectrum of a client's rescaled batch operator ``N B`` (computed locally).
+
+    Attributes
+    ----------
+    values : numpy.ndarray
+        Leading eigenvalues, descending (all ``min(N, M)`` possibly non-zero ones when
+        ``complete``).
+    vectors : numpy.ndarray
+        (N, len(values)) unit eigenvectors, columns matching ``values``.
+    N, M : int
+        Neurons and batch size (so ``q = N / M`` is known).
+    trace : float
+        ``tr(N B)`` (= N for +-1 examples); with the trace the bulk variance needs only the
+        leading eigenvalues.
+    complete : bool
+        Whether ``values`` holds every possibly non-zero eigenvalue.
+    """
+
+    values: np.ndarray
+    vectors: np.ndarray
+    N: int
+    M: int
+    trace: float
+    complete: bool = False
+
+    @property
+    def q(self) -> float:
+        """Aspect ratio ``N / M``."""
+        return self.N / self.M
+
+
+def _top_eigh(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k eigenpairs of a symmetric matrix, descending."""
+    n = S.shape[0]
+    k = min(k, n)
+    vals, vecs = scipy.linalg.eigh(S, subset_by_index=[n - k, n - 1])
+    return vals[::-1].copy(), np.ascontiguousarray(vecs[:, ::-1])
+
+
+def local_spectrum(
+    examples: np.ndarray | None = None,
+    *,
+    B: np.ndarray | None = None,
+    M: int | None = None,
+    n_vectors: int = 32,
+) -> LocalSpectrum:
+    """Leading spectrum of ``N B`` from the client's examples (preferred) or its operator ``B``.
+
+    From examples with ``M < N`` the M x M Gram matrix ``eta eta^T / M`` has the same
+    non-zero eigenvalues as ``N B = eta^T eta / M`` and eigenvectors map by
+    ``v = eta^T g / sqrt(M lambda)``: an M^3 instead of N^3 eigenproblem, and only the
+    leading ``n_vectors`` eigenpairs are computed. Derived in {ref}`sec-controller-rule`.
+
+    Parameters
+    ----------
+    examples : numpy.ndarray, optional
+        (M, N) +-1 batch, M >= 1.
+    B : numpy.ndarray, optional
+        (N, N) batch operator ``eta^T eta/(N M)`` (give exactly one of examples / B).
+    M : int, optional
+        Batch size; required with ``B``.
+    n_vectors : int
+        Number of leading eigenpairs computed (must exceed the number of outliers; a client
+        sees at most a handful of archetypes).
+
+    Returns
+    -------
+    LocalSpectrum
+    """
+    n_vectors = check_positive_int(n_vectors, "n_vectors")
+    if (examples is None) == (B is None):
+        raise ValueError("give exactly one of examples or B")
+    if examples is not None:
+        check_pm1(examples, "examples", ndim=2)
+        Mv, N = examples.shape
+        if N < 2:
+            raise ValueError(f"examples must have N >= 2 columns, got shape {examples.shape}")
+        if Mv < N:
+            # float32 products of +-1 entries are exact integers (N < 2**24)
+            X32 = examples.astype(np.float32)
+            G = (X32 @ X32.T).astype(np.float64) / Mv
+            vals, g = _top_eigh(G, n_vectors)
+            V = examples.T.astype(np.float64) @ g
+            # v = eta^T g / sqrt(M lambda); normalise explicitly (robust for lambda ~ 0)
+            V /= np.maximum(np.linalg.norm(V, axis=0), 1e-300)
+            return LocalSpectrum(vals, V, N, Mv, float(np.trace(G)), vals.size == Mv)
+        X = examples.astype(np.float64)
+        NB = (X.T @ X) / Mv
+    else:
+        check_operator(B, "B")
+        if M is None:
+            raise ValueError("M (batch size) is required when B is given")
+        Mv = check_positive_int(M, "M")
+        N = B.shape[0]
+        NB = N * B.astype(np.float64)
+    vals, V = _top_eigh(NB, min(n_vectors, Mv))
+    return LocalSpectrum(vals, V, N, Mv, float(np.trace(NB)), vals.size == min(N, Mv))
+
+
+def _kappa_gamma(lam: np.ndarray, s2: float, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Spike strengths (BBP inversion, clamped at the threshold) and eigenvector overlaps."""
+    if lam.size == 0:
+        return np.empty(0), np.empty(0)
+    kappa = np.asarray(rmt.kappa_from_outlier(lam, q, s2, below="threshold"), dtype=np.float64)
+    return kappa, np.asarray(rmt.eigvec_overlap(kappa, q), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class BulkFit:
+    """Result of :func:`fit_bulk`.
+
+    Attributes
+    ----------
+    sigma2 : float
+        Estimated bulk variance (``1 - r^2`` for honest data).
+    n_outliers : int
+        Eigenvalues above the detection edge.
+    edge : float
+        Detection edge (eigenvalue of ``N B``).
+    kappa : numpy.ndarray
+        Estimated spike strengths of the outliers.
+    gamma : numpy.ndarray
+        Estimated eigenvector overlaps of the outliers.
+    """
+
+    sigma2: float
+    n_outliers: int
+    edge: float
+    kappa: np.ndarray
+    gamma: np.ndarray
+
+
+def fit_bulk(spec: LocalSpectrum, tw_quantile: float = _TW1_Q999, sigma2: float | None = None,
+             max_iter: int = 50) -> BulkFit:
+    """Bulk variance, BBP outliers and spike strengths of a client spectrum.
+
+    Iterates ``s2 = (tr - sum_i lambda_i) / (N - k - q (k + sum_i 1/kappa_i))`` (trace identity
+    corrected for the bulk mass the outliers take, see the module notes) with
+    ``k = #{lambda > s2 (mu_J + tw_quantile sd_J)}`` (Johnstone centring and scaling) and
+    ``kappa_i`` from inverting ``lambda = s2 (1 + kappa)(1 + q/kappa)``.
+    Derived in {ref}`sec-controller-rule`.
+
+    Parameters
+    ----------
+    spec : LocalSpectrum
+    tw_quantile : float
+        Margin above Johnstone's centring in Tracy–Widom units (default: 0.999 quantile).
+    sigma2 : float, optional
+        Known bulk variance (e.g. ``1 - r^2`` for a known r); skips the estimate.
+    max_iter : int
+
+    Returns
+    -------
+    BulkFit
+    """
+    if not isinstance(spec, LocalSpectrum):
+        raise TypeError(f"spec must be a LocalSpectrum, got {_describe(spec)}")
+    tw_quantile = check_real(tw_quantile, "tw_quantile")
+    N, M, q = spec.N, spec.M, spec.q
+    if M < 2:
+        raise ValueError(f"spec.M must be >= 2 for a bulk fit, got {M}")
+    mu, sd = rmt.johnstone_center_scale(N, M)
+    lam = spec.values
+    known = sigma2 is not None
+    s2 = check_in_range(sigma2, "sigma2", 0.0, None, low_open=True) if known else spec.trace / N
+    k = -1
+    for _ in range(max_iter):
+        edge = s2 * (mu + tw_quantile * sd)
+        k_new = min(int(np.sum(lam > edge)), N - 1, lam.size)
+        if known:
+            break
+        kappa, _ = _kappa_gamma(lam[:k_new], s2, q)
+        denom = N - k_new - q * (k_new + float(np.sum(1.0 / kappa)))
+        s2_new = (spec.trace - float(lam[:k_new].sum())) / denom if denom > 0 else s2
+        s2_new = max(s2_new, 1e-12)
+        converged = k_new == k and abs(s2_new - s2) <= 1e-12 * max(s2, 1.0)
+        k, s2 = k_new, s2_new
+        if converged:
+            break
+    edge = s2 * (mu + tw_quantile * sd)
+    k = min(int(np.sum(lam > edge)), N - 1, lam.size)
+    if k == lam.size and not spec.complete:
+        raise ValueError(
+            f"spec holds only {lam.size} leading eigenvalues and all are outliers; "
+            "recompute it with a larger n_vectors"
+        )
+    kappa, gamma = _kappa_gamma(lam[:k], s2, q)
+    return BulkFit(float(s2), k, float(edge), kappa, gamma)
+
+
+def estimate_quality(B_or_spectrum: np.ndarray | LocalSpectrum, M: int | None = None,
+                     tw_quantile: float = _TW1_Q999) -> float:
+    """Estimate the channel quality from the client's own batch: ``r_hat = sqrt(max(0, 1 - s2_hat))``.
+
+    ``E[N B] = (1 - r^2) I + N r^2 sum_mu pi_mu u_mu u_mu^T``: the bulk of ``N B`` is
+    Marchenko–Pastur with variance ``1 - r^2``. A pure-noise batch gives ``r_hat ~ 0``.
+    Derived in {ref}`sec-controller-rule`.
+
+    Parameters
+    ----------
+    B_or_spectrum : numpy.ndarray or LocalSpectrum
+        The batch operator ``B`` (then ``M`` is required) or its :class:`LocalSpectrum`.
+    M : int, optional
+        Batch size (with ``B``).
+    tw_quantile : float
+        Outlier margin of :func:`fit_bulk`.
+
+    Returns
+    -------
+    float
+        r_hat in [0, 1].
+    """
+    spec = _as_spectrum(B_or_spectrum, M)
+    s2 = fit_bulk(spec, tw_quantile).sigma2
+    return float(math.sqrt(min(1.0, max(0.0, 1.0 - s2))))
+
+
+def _as_spectrum(B_or_spectrum: Any, M: int | None, name: str = "B_or_spectrum") -> LocalSpectrum:
+    if isinstance(B_or_spectrum, LocalSpectrum):
+        return B_or_spectrum
+    if isinstance(B_or_spectrum, np.ndarray):
+        return local_spectrum(B=B_or_spectrum, M=M)
+    raise TypeError(f"{name} must be an (N, N) operator or a LocalSpectrum, got {_describe(B_or_spectrum)}")
+
+
+# ----------------------------------------------------------------------------------------
+# our rule
+# ----------------------------------------------------------------------------------------
+_OMEGA_SEED = 20240611  # fixed test matrix for the range finder (exact for low-rank A)
+
+
+def _range_basis(A: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
+    """Orthonormal basis of ``range(A)`` for a low-rank symmetric ``A`` (randomised range finder).
+
+    ``range(A Omega) = range(A)`` with probability one when ``rank(A) < s`` columns; ``s`` is
+    doubled until the numerical rank of ``A Omega`` is below ``s``. Cost O(N^2 s).
+    """
+    N = A.shape[0]
+    scale = float(np.max(np.abs(A))) if A.size else 0.0
+    if scale == 0.0:
+        return np.zeros((N, 0))
+    gen = np.random.default_rng(_OMEGA_SEED)
+    s = min(N, 24)
+    while True:
+        Y = A @ gen.standard_normal((N, s))
+        U, sv, _ = np.linalg.svd(Y, full_matrices=False)
+        rank = int(np.sum(sv > rtol * sv[0])) if sv.size and sv[0] > 0 else 0
+        if rank < s or s == N:
+            return U[:, :rank]
+        s = min(N, 2 * s)
+
+
+@dataclass(frozen=True)
+class NoveltyAssessment:
+    """Everything :func:`novelty_assessment` computed (for plots and the book).
+
+    Attributes
+    ----------
+    w : float
+        Instantaneous weight (0 when nothing is detected).
+    detected : bool
+        At least one BBP outlier above the client's own edge.
+    novelty : float
+        f, the energy-weighted fraction of the client's signal outside ``range(A)``.
+    n_outliers : int
+    sigma2 : float
+        Bulk variance (estimated or known).
+    r_hat : float
+        ``sqrt(max(0, 1 - sigma2))``.
+    kappa, gamma, residual, nu : numpy.ndarray
+        Per outlier: spike strength, eigenvector overlap, ``|(I - P) v|^2`` and the de-biased
+        novel fraction ``nu_hat``.
+    rank_A : int
+        Dimension of the broadcast subspace (0 when nothing is detected: not computed).
+    """
+
+    w: float
+    detected: bool
+    novelty: float
+    n_outliers: int
+    sigma2: float
+    r_hat: float
+    kappa: np.ndarray
+    gamma: np.ndarray
+    residual: np.ndarray
+    nu: np.ndarray
+    rank_A: int
+
+
+def novelty_assessment(
+    A: np.ndarray,
+    B: np.ndarray | None = None,
+    M: int | None = None,
+    *,
+    spectrum: LocalSpectrum | None = None,
+    w_floor: float = 0.1,
+    tw_quantile: float = _TW1_Q999,
+    sigma2: float | None = None,
+) -> NoveltyAssessment:
+    """Our spectral-novelty rule with all intermediate quantities.
+
+    ``w = 0`` if the client's ``N B`` has no BBP outlier above its own Marchenko–Pastur edge
+    (Johnstone + Tracy–Widom margin), else ``w = w_floor + (1 - w_floor) f`` with ``f`` the
+    fraction of the client's signal energy outside the range of the broadcast ``A``,
+    de-biased for the finite-sample eigenvector overlap. See the module notes for the
+    derivation. Derived in {ref}`sec-controller-rule`.
+
+    Parameters
+    ----------
+    A : numpy.ndarray
+        Broadcast operator (N, N); the zero matrix for K̂ = 0.
+    B : numpy.ndarray, optional
+        Batch operator (N, N) with batch size ``M`` (or give ``spectrum``).
+    M : int, optional
+        Batch size; ``M = 0`` (empty batch) gives ``w = 0``.
+    spectrum : LocalSpectrum, optional
+        Precomputed client spectrum (e.g. from :func:`local_spectrum` on the examples).
+    w_floor : float
+        Weight of a client whose signal the server already holds, in [0, 1].
+    tw_quantile : float
+        Detection margin (Tracy–Widom units above Johnstone's centring).
+    sigma2 : float, optional
+        Known bulk variance ``1 - r^2`` (known-r mode); default: estimated.
+
+    Returns
+    -------
+    NoveltyAssessment
+    """
+    check_operator(A, "A")
+    w_floor = check_in_range(w_floor, "w_floor", 0.0, 1.0)
+    N = A.shape[0]
+    empty = np.empty(0)
+    if spectrum is None:
+        if M is not None and check_nonneg_int(M, "M") == 0:
+            return NoveltyAssessment(0.0, False, 0.0, 0, float("nan"), float("nan"),
+                                     empty, empty, empty, empty, 0)
+        if B is None:
+            raise ValueError("give B (with M) or spectrum")
+        spectrum = _as_spectrum(B, M, "B")
+    elif not isinstance(spectrum, LocalSpectrum):
+        raise TypeError(f"spectrum must be a LocalSpectrum, got {_describe(spectrum)}")
+    if spectrum.N != N:
+        raise ValueError(f"spectrum has N = {spectrum.N} but A has shape {A.shape}")
+    return _novelty(A, spectrum, w_floor, tw_quantile, sigma2)
+
+
+def _novelty(A: np.ndarray, spectrum: LocalSpectrum, w_floor: float, tw_quantile: float,
+             sigma2: float | None) -> NoveltyAssessment:
+    """Core of :func:`novelty_assessment` (arguments already validated)."""
+    empty = np.empty(0)
+    if spectrum.M < 2:  # one example: a rank-one operator, no bulk to test against
+        return NoveltyAssessment(0.0, False, 0.0, 0, float("nan"), float("nan"),
+                                 empty, empty, empty, empty, 0)
+    fit = fit_bulk(spectrum, tw_quantile, sigma2=sigma2)
+    r_hat = float(math.sqrt(min(1.0, max(0.0, 1.0 - fit.sigma2))))
+    if fit.n_outliers == 0:
+        return NoveltyAssessment(0.0, False, 0.0, 0, fit.sigma2, r_hat, empty, empty, empty,
+                                 empty, 0)
+    Q = _range_basis(A)
+    k = fit.n_outliers
+    V = spectrum.vectors[:, :k]
+    inside = np.sum((Q.T @ V) ** 2, axis=0) if Q.shape[1] else np.zeros(k)
+    residual = np.clip(1.0 - inside, 0.0, 1.0)
+    kappa, gamma = fit.kappa, fit.gamma
+    safe_gamma = np.maximum(gamma, 1e-12)
+    nu = np.clip((residual - (1.0 - gamma)) / safe_gamma, 0.0, 1.0)
+    energy = kappa * gamma
+    f = float(np.sum(energy * nu) / np.sum(energy)) if np.sum(energy) > 0 else 1.0
+    w = w_floor + (1.0 - w_floor) * f
+    return NoveltyAssessment(float(min(1.0, max(0.0, w))), True, f, fit.n_outliers, fit.sigma2,
+                             r_hat, kappa, gamma, residual, nu, Q.shape[1])
+
+
+def novelty_weight(
+    A: np.ndarray,
+    B: np.ndarray | None = None,
+    M: int | None = None,
+    *,
+    spectrum: LocalSpectrum | None = None,
+    w_floor: float = 0.1,
+    tw_quantile: float = _TW1_Q999,
+    sigma2: float | None = None,
+) -> float:
+    """Our spectral-novelty weight (see :func:`novelty_assessment`). Derived in {ref}`sec-controller-rule`.
+
+    Returns
+    -------
+    float
+        0 for a client with no detectable signal (pure noise, empty batch); ``w_floor`` for
+        a client whose signal the server already holds; up to 1 for a fully novel signal
+        (and exactly 1 for detected signal when ``A = 0``).
+    """
+    return novelty_assessment(A, B, M, spectrum=spectrum, w_floor=w_floor,
+                              tw_quantile=tw_quantile, sigma2=sigma2).w
+
+
+# ----------------------------------------------------------------------------------------
+# stateful controllers
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WeightDecision:
+    """One controller step: the weight used and how it came about.
+
+    Attributes
+    ----------
+    w : float
+        Weight used for the blend.
+    w_raw : float
+        Instantaneous (unsmoothed) value of the rule (NaN on an empty batch).
+    r_used : float
+        Quality used by the rule (NaN if the rule uses none).
+    details : dict
+        Rule-specific quantities (p, H_AB, H_min / novelty, n_outliers, ...).
+    """
+
+    w: float
+    w_raw: float
+    r_used: float
+    details: dict = field(default_factory=dict)
+
+
+class WeightController:
+    """Base class: a per-client plasticity controller with EMA smoothing.
+
+    Subclasses implement :meth:`raw`. :meth:`update` applies the paper's EMA (eq. ``w_ema``)
+    starting from ``w_init``; an empty batch returns 0 and leaves the state unchanged.
+    Derived in {ref}`sec-controller`.
+
+    Parameters
+    ----------
+    alpha : float
+        EMA coefficient in [0, 1] (1 = no smoothing).
+    w_init : float
+        Initial smoothed weight in [0, 1] (default 1 = round 0 of the protocol).
+    """
+
+    name = "base"
+    #: whether :meth:`update` uses the client's spectrum (clients then compute it from examples)
+    needs_spectrum = False
+
+    def __init__(self, alpha: float = 0.5, w_init: float = 1.0) -> None:
+        self.alpha = check_in_range(alpha, "alpha", 0.0, 1.0)
+        self.w_init = check_in_range(w_init, "w_init", 0.0, 1.0)
+        self.state = self.w_init
+        self.last: WeightDecision | None = None
+
+    def reset(self) -> None:
+        """Return to the initial state."""
+        self.state = self.w_init
+        self.last = None
+
+    def raw(self, A: np.ndarray, B: np.ndarray, M: int,
+            spectrum: LocalSpectrum | None) -> tuple[float, float, dict, bool]:
+        """Instantaneous rule: (w_raw, r_used, details, gate). Subclasses override."""
+        raise NotImplementedError
+
+    def update(self, A: np.ndarray, B: np.ndarray | None, M: int,
+               spectrum: LocalSpectrum | None = None) -> float:
+        """Weight for this round from broadcast ``A`` and batch operator ``B`` (size ``M``).
+
+        Parameters
+        ----------
+        A : numpy.ndarray
+            Broadcast operator (N, N).
+        B : numpy.ndarray or None
+            Batch operator (N, N); None iff ``M == 0``.
+        M : int
+            Batch size (0 = empty batch: returns 0, state unchanged).
+        spectrum : LocalSpectrum, optional
+            Precomputed spectrum of ``N B`` (computed from ``B`` if needed and absent).
+
+        Returns
+        -------
+        float
+            The weight w_c(t) in [0, 1].
+        """
+        check_operator(A, "A")
+        M = check_nonneg_int(M, "M")
+        if M == 0:
+            if B is not None:
+                raise ValueError("B must be None for an empty batch (M = 0)")
+            self.last = WeightDecision(0.0, float("nan"), float("nan"), {"reason": "empty batch"})
+            return 0.0
+        if B is None:
+            raise ValueError(f"B is required for a non-empty batch (M = {M})")
+        check_operator(B, "B")
+        if B.shape != A.shape:
+            raise ValueError(f"A and B must have the same shape, got A {A.shape} and B {B.shape}")
+        if spectrum is not None and not isinstance(spectrum, LocalSpectrum):
+            raise TypeError(f"spectrum must be a LocalSpectrum, got {_describe(spectrum)}")
+        w_raw, r_used, details, gate = self.raw(A, B, M, spectrum)
+        if not gate:
+            self.last = WeightDecision(0.0, w_raw, r_used, details)
+            return 0.0
+        self.state = ema(w_raw, self.state, self.alpha)
+        self.last = WeightDecision(self.state, w_raw, r_used, details)
+        return self.state
+
+
+class PaperController(WeightController):
+    """The paper's entropy rule with EMA (eqs. ``w_entropy_rule``, ``w_ema``).
+
+    Parameters
+    ----------
+    r : float, optional
+        Known quality; ``None`` = estimate ``r_hat`` from the batch spectrum
+        (:func:`estimate_quality`), clamped to ``[r_min, 1]`` because the rule is 0/0 at r = 0.
+    r_min : float
+        Lower clamp of the estimated quality.
+    alpha, w_init : float
+        See :class:`WeightController`.
+
+    Derived in {ref}`sec-controller`.
+    """
+
+    name = "paper"
+
+    def __init__(self, r: float | None = None, alpha: float = 0.5, w_init: float = 1.0,
+                 r_min: float = 0.1) -> None:
+        super().__init__(alpha, w_init)
+        self.r = None if r is None else check_quality(r)
+        self.r_min = check_quality(r_min, "r_min")
+        self.needs_spectrum = self.r is None
+
+    def raw(self, A, B, M, spectrum):  # noqa: D102
+        if self.r is not None:
+            r = self.r
+            r_hat = float("nan")
+        else:
+            spec = spectrum if spectrum is not None else local_spectrum(B=B, M=M)
+            r_hat = estimate_quality(spec)
+            r = max(self.r_min, r_hat)
+        t = _paper_terms(A, B, r)
+        t["r_hat"] = r_hat
+        return t["w"], r, t, True
+
+
+class NoveltyController(WeightController):
+    """Our spectral-novelty rule (:func:`novelty_assessment`) with EMA on detected rounds.
+
+    A round without a detected outlier returns 0 (gate applied after smoothing) and does not
+    move the smoothed state. Derived in {ref}`sec-controller-rule`.
+
+    Parameters
+    ----------
+    r : float, optional
+        Known quality (then the bulk variance ``1 - r^2`` is known); ``None`` = estimated.
+    w_floor : float
+        Weight of a consolidated client.
+    tw_quantile : float
+        Detection margin.
+    alpha, w_init : float
+        See :class:`WeightController`.
+    """
+
+    name = "novelty"
+    needs_spectrum = True
+
+    def __init__(self, r: float | None = None, alpha: float = 0.5, w_init: float = 1.0,
+                 w_floor: float = 0.1, tw_quantile: float = _TW1_Q999) -> None:
+        super().__init__(alpha, w_init)
+        self.r = None if r is None else check_quality(r)
+        self.w_floor = check_in_range(w_floor, "w_floor", 0.0, 1.0)
+        self.tw_quantile = check_real(tw_quantile, "tw_quantile")
+
+    def raw(self, A, B, M, spectrum):  # noqa: D102
+        spec = spectrum if spectrum is not None else local_spectrum(B=B, M=M)
+        s2 = None if self.r is None or self.r >= 1.0 else 1.0 - self.r**2
+        if spec.N != A.shape[0]:
+            raise ValueError(f"spectrum has N = {spec.N} but A has shape {A.shape}")
+        a = _novelty(A, spec, self.w_floor, self.tw_quantile, s2)
+        details = {"novelty": a.novelty, "n_outliers": a.n_outliers, "sigma2": a.sigma2,
+                   "r_hat": a.r_hat, "rank_A": a.rank_A, "nu": a.nu, "kappa": a.kappa}
+        r_used = self.r if self.r is not None else a.r_hat
+        return a.w, r_used, details, a.detected
+
+
+class ConstantController(WeightController):
+    """Fixed weight ``w`` (the paper's ``w = 0``, ``w = 1`` limits and ``w = 0.6``).
+
+    Empty batches still give 0. Derived in {ref}`sec-controller`.
+    """
+
+    name = "constant"
+
+    def __init__(self, w: float) -> None:
+        w = check_in_range(w, "w", 0.0, 1.0)
+        super().__init__(alpha=1.0, w_init=w)
+        self.w = w
+
+    def raw(self, A, B, M, spectrum):  # noqa: D102
+        return self.w, float("nan"), {}, True
+
+
+def make_controller(kind: str | float, *, r: float | None = None, alpha: float = 0.5,
+                    w_init: float = 1.0, **kwargs: Any) -> WeightController:
+    """Build a controller: ``"paper"``, ``"novelty"`` or a float constant weight.
+
+    Parameters
+    ----------
+    kind : str or float
+        ``"paper"`` (:class:`PaperController`), ``"novelty"`` (:class:`NoveltyController`)
+        or a number in [0, 1] (:class:`ConstantController`).
+    r : float, optional
+        Known quality (None = estimated from the client's own spectrum).
+    alpha, w_init : float
+        EMA coefficient and initial weight.
+    **kwargs
+        Extra options of the chosen class (``r_min``, ``w_floor``, ``tw_quantile``).
+
+    Returns
+    -------
+    WeightController
+    """
+    if isinstance(kind, numbers.Real) and not isinstance(kind, (bool, np.bool_)):
+        if kwargs:
+            raise TypeError(f"a constant controller takes no options, got {sorted(kwargs)}")
+        return ConstantController(check_in_range(kind, "controller", 0.0, 1.0))
+    if kind == "paper":
+        return PaperController(r=r, alpha=alpha, w_init=w_init, **kwargs)
+    if kind == "novelty":
+        return NoveltyController(r=r, alpha=alpha, w_init=w_init, **kwargs)
+    raise ValueError(f"controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")

@@ -1,0 +1,770 @@
+"""The L-layer associative memory (LAM) of the server and the factorization ``J -> patterns``.
+
+Pipeline of :func:`factorize` (paper, section "Factorization procedure" and Algorithms 1-2):
+
+1. spectrum of the raw server operator ``J`` (one ``eigh``; only the top part is needed);
+2. ``K_hat`` from a scale-aware estimator (:func:`fedlam.spectral.estimate_k`, MP edge by
+   default) -- never the true K;
+3. seeds: sign-mixtures ``sgn(sum_d c_d v_d)``, ``c ~ N(0, 1)``, of the ``K_hat`` leading
+   eigenvectors (eq. ``lin_comb_fatt_spurious``);
+4. LAM dynamics (eqs. ``net_field``, ``intra``, ``inter``, ``update_MC_iclr``), all seeds and
+   all layers in one (S, L, N) array;
+5. acceptance: a score (subspace fraction or the paper's quadratic score), greedy
+   de-duplication by absolute overlap in descending score order, removal of *redundant*
+   candidates (sign-mixtures of already accepted patterns, whose subspace mass lies in
+   their span), at most ``K_hat`` patterns; fresh seeds are drawn (up to ``max_attempts``)
+   while fewer than ``K_hat`` are accepted.
+
+The kernel in the fields is, by default, the *projector* ``V V^T`` on the ``K_hat`` detected
+eigenvectors: it is the estimate of the pseudo-inverse kernel ``J_KS`` (whose eigenvalues are
+1 on the pattern span, 0 elsewhere), and it is applied in ``O(N K_hat)`` per state through
+``V^T sigma``. ``kernel="dreamed"`` uses the low-rank ``V f(Lambda) V^T`` with the dreamed
+eigenvalues, ``kernel="dense"`` the full dreamed N x N matrix (the paper's literal choice).
+:func:`factorize_literal` is the paper's pipeline with its loops, for benchmarks.
+
+Derived in {ref}`sec-lam-fields`, {ref}`sec-lam-seeding` and {ref}`sec-lam-acceptance`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from fedlam import spectral as _sp
+from fedlam._validation import (
+    as_rng,
+    check_choice,
+    check_in_range,
+    check_operator,
+    check_pm1,
+    check_positive_int,
+    check_real,
+)
+
+__all__ = [
+    "LAMParams",
+    "Kernel",
+    "FactorizeResult",
+    "make_kernel",
+    "lam_fields",
+    "lam_step",
+    "noise_schedule",
+    "run_lam",
+    "seed_mixtures",
+    "acceptance_scores",
+    "deduplicate",
+    "factorize",
+    "factorize_literal",
+]
+
+NOISES = ("annealed", "uniform")
+EXTERNALS = ("clamped", "state", "none")
+KERNELS = ("projector", "dreamed", "dense")
+ACCEPTS = ("subspace", "score")
+
+
+# ----------------------------------------------------------------------------------------
+# parameters
+@dataclass(frozen=True)
+class LAMParams:
+    """Parameters of the LAM factorization (validated on construction).
+
+    Attributes
+    ----------
+    layers : int
+        Number of layers L (default 3, the paper's example). Each seed yields L candidates.
+    lam : float
+        Anti-imitative inter-layer coupling lambda (paper table: 0.2). Must lie in
+        ``[0, 1/(L-1))`` so that the coupling matrix ``g`` of eq. ``g_struct`` is positive
+        definite.
+    beta : float
+        Inverse temperature of the ``tanh`` (paper table: 2.5).
+    H : float
+        Strength of the external field (paper table: 0.1), ``>= 0``.
+    steps : int
+        Synchronous updates per run (paper table: 50).
+    noise : {"annealed", "uniform"}
+        ``"uniform"``: ``u ~ U[-1, 1]`` as written in eq. ``update_MC_iclr``;
+        ``"annealed"`` (default): ``u ~ U[-a_t, a_t]`` with ``a_t`` going linearly from
+        ``noise_scale`` to ``min_scale`` (the table's ``noise_scale``/``min_scale``).
+    noise_scale, min_scale : float
+        Initial and final amplitude of the annealed noise, ``0 <= min_scale <= noise_scale``.
+        Default 1.0 -> 0.02: start at the paper's ``U[-1, 1]`` and end almost noiseless.
+        The table's 0.3 is too small: all layers start at the same seed and feel the same
+        field, so only noise can make them differ; in a mixture state
+        ``|tanh(beta h)| ~ 0.7 > 0.3`` on almost every spin, the layers never split and the
+        anti-imitative term never acts (K = 6, 10 at N = 400: all patterns recovered in one
+        attempt in 4/24 runs with 0.3, 23/24 with 1.0; 0 spurious accepted with 1.0).
+    external : {"clamped", "state", "none"}
+        External field ``h^a``: the seed itself, clamped (the paper's text), the current state
+        of the layer, or nothing.
+    kernel : {"projector", "dreamed", "dense"}
+        Kernel of the fields (see the module docstring).
+    dream_time : float
+        Flow time of the dreaming (paper: eps = 0.01 x 200 steps = 2).
+    k_method : {"mp", "tw", "shuffle", "fixed"}
+        K-hat estimator (:func:`fedlam.spectral.estimate_k`).
+    tau : float
+        Threshold of ``k_method="fixed"`` and of ``accept="score"`` (paper: 0.5).
+    n_seeds : int or None
+        Seeds per attempt; None means ``max(8, 2 K_hat)``.
+    dedup : float
+        Two candidates with ``|overlap| >= dedup`` are duplicates (paper table: 0.4).
+    accept : {"subspace", "score"}
+        ``"subspace"`` (default): fraction ``||V^T zeta||^2 / N >= rho`` of the candidate in
+        the detected subspace, and the same fraction ``>= rho`` outside the span of the
+        patterns accepted before it (drops many-component mixtures: a 5-mixture overlaps
+        each component by 0.375, below ``dedup``, and scores 0.70 > rho); ``"score"``: the
+        paper's ``zeta^T J_KS zeta / N >= tau`` with the kernel in use as ``J_KS``.
+    rho : float
+        Threshold of the subspace test (paper table: 0.6).
+    max_attempts : int
+        Rounds of fresh seeds while fewer than ``K_hat`` patterns are accepted.
+
+    Derived in {ref}`sec-lam-fields`.
+    """
+
+    layers: int = 3
+    lam: float = 0.2
+    beta: float = 2.5
+    H: float = 0.1
+    steps: int = 50
+    noise: str = "annealed"
+    noise_scale: float = 1.0
+    min_scale: float = 0.02
+    external: str = "clamped"
+    kernel: str = "projector"
+    dream_time: float = 2.0
+    k_method: str = "mp"
+    tau: float = 0.5
+    n_seeds: int | None = None
+    dedup: float = 0.4
+    accept: str = "subspace"
+    rho: float = 0.6
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        L = check_positive_int(self.layers, "layers")
+        lam = check_in_range(self.lam, "lam", 0.0, None)
+        if L > 1 and lam >= 1.0 / (L - 1):
+            raise ValueError(
+                f"lam must lie in [0, 1/(layers-1)) = [0, {1.0 / (L - 1):g}) for layers = {L} "
+                f"(positive-definite coupling), got {lam!r}"
+            )
+        check_in_range(self.beta, "beta", 0.0, None, low_open=True)
+        check_in_range(self.H, "H", 0.0, None)
+        check_positive_int(self.steps, "steps")
+        check_choice(self.noise, "noise", NOISES)
+        ns = check_in_range(self.noise_scale, "noise_scale", 0.0, None)
+        ms = check_in_range(self.min_scale, "min_scale", 0.0, None)
+        if ms > ns:
+            raise ValueError(f"min_scale must be <= noise_scale = {ns!r}, got {ms!r}")
+        check_choice(self.external, "external", EXTERNALS)
+        check_choice(self.kernel, "kernel", KERNELS)
+        check_in_range(self.dream_time, "dream_time", 0.0, None, low_open=True)
+        check_choice(self.k_method, "k_method", _sp.K_METHODS)
+        check_real(self.tau, "tau")
+        if self.n_seeds is not None:
+            check_positive_int(self.n_seeds, "n_seeds")
+        check_in_range(self.dedup, "dedup", 0.0, 1.0, low_open=True)
+        check_choice(self.accept, "accept", ACCEPTS)
+        check_in_range(self.rho, "rho", 0.0, 1.0)
+        check_positive_int(self.max_attempts, "max_attempts")
+
+    def replace(self, **changes: Any) -> "LAMParams":
+        """A copy with some fields changed (validated)."""
+        return replace(self, **changes)
+
+    def seeds_for(self, k_hat: int) -> int:
+        """Number of seeds per attempt for a given ``K_hat``."""
+        return self.n_seeds if self.n_seeds is not None else max(8, 2 * k_hat)
+
+
+_PARAM_NAMES = tuple(f.name for f in fields(LAMParams))
+
+
+def _make_params(params: LAMParams | None, overrides: dict) -> LAMParams:
+    unknown = sorted(set(overrides) - set(_PARAM_NAMES))
+    if unknown:
+        raise TypeError(f"unknown LAM parameter(s) {unknown}; valid names are {list(_PARAM_NAMES)}")
+    if params is None:
+        return LAMParams(**overrides)
+    if not isinstance(params, LAMParams):
+        raise TypeError(f"params must be a LAMParams or None, got {type(params).__name__}")
+    return replace(params, **overrides) if overrides else params
+
+
+# ----------------------------------------------------------------------------------------
+# kernels
+@dataclass(frozen=True)
+class Kernel:
+    """A symmetric kernel applied to batches of states.
+
+    Either low-rank, ``V diag(w) V^T`` (``V`` (N, k) orthonormal, ``w`` (k,)), applied in
+    ``O(N k)`` per state, or dense (``matrix`` (N, N)), applied in ``O(N^2)``.
+    """
+
+    kind: str
+    n: int
+    V: np.ndarray | None = None
+    w: np.ndarray | None = None
+    matrix: np.ndarray | None = None
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """``K x`` for every row ``x`` of ``X`` (B, N) -> (B, N) float64."""
+        if self.matrix is not None:
+            return X @ self.matrix
+        Y = X @ self.V
+        return (Y * self.w) @ self.V.T
+
+    def quad(self, X: np.ndarray) -> np.ndarray:
+        """``x^T K x / N`` for every row -> (B,)."""
+        if self.matrix is not None:
+            return np.einsum("bi,bi->b", X @ self.matrix, X) / self.n
+        Y = X @ self.V
+        return (Y * Y) @ self.w / self.n
+
+
+def _check_kernel(kernel: Any) -> None:
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a fedlam.lam.Kernel (see make_kernel), got {type(kernel).__name__}")
+
+
+def make_kernel(
+    kind: str,
+    spec: _sp.Spectrum,
+    k_hat: int,
+    dream_time: float = 2.0,
+    J: np.ndarray | None = None,
+) -> Kernel:
+    """Build the LAM kernel from a spectrum of ``J``.
+
+    ``"projector"``: ``V V^T`` on the ``k_hat`` leading eigenvectors (estimate of ``J_KS``);
+    ``"dreamed"``: ``V f(Lambda) V^T`` with ``f`` the dreaming flow at ``dream_time``;
+    ``"dense"``: the full dreamed matrix (needs the complete spectrum). Derived in
+    {ref}`sec-lam-fields`.
+    """
+    kind = check_choice(kind, "kind", KERNELS)
+    if not isinstance(spec, _sp.Spectrum):
+        raise TypeError(f"spec must be a Spectrum, got {type(spec).__name__}")
+    if k_hat < 0 or k_hat > len(spec):
+        raise ValueError(f"k_hat must lie in [0, {len(spec)}], got {k_hat}")
+    if kind == "dense":
+        if not spec.complete:
+            raise ValueError("kernel 'dense' needs the complete spectrum of J")
+        f = _sp.dream_eigenvalues(spec.values, dream_time)
+        M = (spec.vectors * f) @ spec.vectors.T
+        return Kernel("dense", spec.n, matrix=0.5 * (M + M.T))
+    V = spec.vectors[:, :k_hat]
+    if kind == "projector":
+        w = np.ones(k_hat)
+    else:
+        w = _sp.dream_eigenvalues(spec.values[:k_hat], dream_time)
+    return Kernel(kind, spec.n, V=np.ascontiguousarray(V), w=w)
+
+
+# ----------------------------------------------------------------------------------------
+# dynamics
+def lam_fields(
+    sigma: np.ndarray,
+    kernel: Kernel,
+    lam: float,
+    H: float,
+    h: np.ndarray | None,
+) -> np.ndarray:
+    """Effective fields of every layer of every seed (eqs. ``net_field``, ``intra``, ``inter``).
+
+    ``hat h^a = J sigma^a - (lam/N) sum_{b != a} (J sigma^b)(sigma^b^T J sigma^a) + H h^a``.
+    The inter-layer term needs only the per-seed L x L Gram matrix
+    ``G_ab = sigma^a^T J sigma^b``: ``O(L N)`` per seed once ``J sigma`` is known.
+    Derived in {ref}`sec-lam-fields`.
+
+    Parameters
+    ----------
+    sigma : numpy.ndarray
+        (S, L, N) states (+-1, any real dtype).
+    kernel : Kernel
+    lam, H : float
+    h : numpy.ndarray or None
+        External field, (S, L, N) or (S, 1, N) (broadcast over layers), or None (no field).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (S, L, N).
+    """
+    _check_kernel(kernel)
+    check_pm1(sigma, "sigma", ndim=3)
+    S, L, N = sigma.shape
+    if N != kernel.n:
+        raise ValueError(f"sigma must have N = {kernel.n} neurons (the kernel's), got shape {sigma.shape}")
+    lam = check_in_range(lam, "lam", 0.0, None)
+    H = check_in_range(H, "H", 0.0, None)
+    if h is not None:
+        if not isinstance(h, np.ndarray) or h.ndim != 3 or h.shape[0] != S or h.shape[1] not in (1, L) or h.shape[2] != N:
+            raise ValueError(f"h must be None or an array of shape ({S}, {L} or 1, {N}), got "
+                             f"{getattr(h, 'shape', type(h).__name__)}")
+    X = sigma.reshape(S * L, N).astype(np.float64, copy=False)
+    JS = kernel.apply(X).reshape(S, L, N)
+    out = JS.copy()
+    if L > 1 and lam != 0.0:
+        G = np.einsum("sai,sbi->sab", sigma.astype(np.float64, copy=False), JS)
+        idx = np.arange(L)
+        G[:, idx, idx] = 0.0
+        out -= (lam / N) * np.einsum("sab,sbi->sai", G, JS)
+    if h is not None and H != 0.0:
+        out += H * h
+    return out
+
+
+def noise_schedule(params: LAMParams) -> np.ndarray:
+    """Noise amplitude ``a_t`` for ``t = 0..steps-1``: 1 (uniform) or a linear anneal."""
+    if params.noise == "uniform":
+        return np.ones(params.steps)
+    if params.steps == 1:
+        return np.array([params.noise_scale])
+    return np.linspace(params.noise_scale, params.min_scale, params.steps)
+
+
+def lam_step(
+    sigma: np.ndarray,
+    kernel: Kernel,
+    params: LAMParams,
+    h: np.ndarray | None,
+    a: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """One synchronous update ``sigma <- sgn(tanh(beta hat h) + u)``, ``u ~ U[-a, a]``.
+
+    Ties ``sgn(0)`` give +1. Returns int8 (S, L, N). Derived in {ref}`sec-lam-fields`.
+    """
+    f = lam_fields(sigma, kernel, params.lam, params.H, h)
+    x = np.tanh(params.beta * f)
+    if a > 0:
+        x += rng.uniform(-a, a, size=x.shape)
+    return np.where(x >= 0, 1, -1).astype(np.int8)
+
+
+def run_lam(
+    seeds: np.ndarray,
+    kernel: Kernel,
+    params: LAMParams,
+    rng: np.random.Generator | int,
+) -> np.ndarray:
+    """Run the LAM from ``seeds`` (S, N): all layers start at the seed. Returns (S, L, N) int8.
+
+    The external field is the clamped seed, the current state or nothing
+    (``params.external``). All seeds and layers move together in one array.
+    Derived in {ref}`sec-lam-fields`.
+    """
+    gen = as_rng(rng)
+    _check_kernel(kernel)
+    if not isinstance(params, LAMParams):
+        raise TypeError(f"params must be a LAMParams, got {type(params).__name__}")
+    check_pm1(seeds, "seeds", ndim=2)
+    S, N = seeds.shape
+    if N != kernel.n:
+        raise ValueError(f"seeds must have N = {kernel.n} columns (the kernel's), got shape {seeds.shape}")
+    L = params.layers
+    sigma = np.repeat(seeds[:, None, :].astype(np.int8), L, axis=1)
+    clamp = seeds[:, None, :].astype(np.float64) if params.external == "clamped" else None
+    for a in noise_schedule(params):
+        if params.external == "clamped":
+            h = clamp
+        elif params.external == "state":
+            h = sigma.astype(np.float64)
+        else:
+            h = None
+        sigma = lam_step(sigma, kernel, params, h, float(a), gen)
+    return sigma
+
+
+def seed_mixtures(vectors: np.ndarray, n_seeds: int, rng: np.random.Generator | int) -> np.ndarray:
+    """Sign-mixtures of eigenvectors: ``x^alpha = sgn(sum_d c_d v_d)``, ``c ~ N(0, 1)``.
+
+    Eq. ``lin_comb_fatt_spurious`` / Algorithm 1. Ties (``0``) give +1, so the result is
+    always +-1. Derived in {ref}`sec-lam-seeding`.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        float (N, K_hat) with K_hat >= 1.
+    n_seeds : int
+    rng : Generator or int
+
+    Returns
+    -------
+    numpy.ndarray
+        int8 (n_seeds, N).
+    """
+    if not isinstance(vectors, np.ndarray) or not np.issubdtype(vectors.dtype, np.floating):
+        raise TypeError(f"vectors must be a float numpy array (N, K_hat), got {type(vectors).__name__}")
+    if vectors.ndim != 2 or vectors.shape[1] < 1 or vectors.shape[0] < 2:
+        raise ValueError(f"vectors must have shape (N >= 2, K_hat >= 1), got {vectors.shape}")
+    if not np.all(np.isfinite(vectors)):
+        raise ValueError("vectors must be finite")
+    n_seeds = check_positive_int(n_seeds, "n_seeds")
+    gen = as_rng(rng)
+    c = gen.standard_normal((vectors.shape[1], n_seeds))
+    return np.where((vectors @ c).T >= 0, 1, -1).astype(np.int8)
+
+
+def acceptance_scores(candidates: np.ndarray, vectors: np.ndarray | None = None, kernel: Kernel | None = None) -> np.ndarray:
+    """Scores of candidates (B, N): subspace fraction ``||V^T z||^2 / N`` or ``z^T K z / N``.
+
+    Give exactly one of ``vectors`` (N, K_hat orthonormal) or ``kernel``. A pure pattern
+    in the span scores ~1, a sign-mixture of three patterns ~0.75 (its overlaps with the
+    three are 1/2), a random state ``K_hat / N``. Derived in {ref}`sec-lam-acceptance`.
+    """
+    if (vectors is None) == (kernel is None):
+        raise ValueError("give exactly one of vectors or kernel")
+    check_pm1(candidates, "candidates", ndim=2, allow_empty=True)
+    n = vectors.shape[0] if vectors is not None else kernel.n
+    if candidates.shape[1] != n:
+        raise ValueError(f"candidates must have N = {n} columns, got shape {candidates.shape}")
+    X = candidates.astype(np.float64)
+    if kernel is not None:
+        return kernel.quad(X)
+    Y = X @ vectors
+    return np.einsum("bk,bk->b", Y, Y) / X.shape[1]
+
+
+def deduplicate(candidates: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
+    """Greedy de-duplication in descending score order; returns kept indices.
+
+    A candidate is a duplicate of an already kept one when ``|overlap| >= threshold``.
+    *Absolute* overlap, because for a Hebbian kernel ``-xi`` is the same memory as ``xi``
+    (the energy is even); *score order*, because a pure pattern scores higher than the
+    sign-mixtures that contain it (1 vs 0.75 for a 3-mixture) and overlaps them by 1/2:
+    processed in input order (Algorithm 2) a mixture met first would be kept and the pure
+    patterns it overlaps discarded. Ties in score keep input order. Derived in
+    {ref}`sec-lam-acceptance`.
+
+    Parameters
+    ----------
+    candidates : numpy.ndarray
+        (B, N) +-1.
+    scores : numpy.ndarray
+        (B,) real.
+    threshold : float
+        In (0, 1].
+    """
+    check_pm1(candidates, "candidates", ndim=2, allow_empty=True)
+    if not isinstance(scores, np.ndarray) or scores.shape != (candidates.shape[0],):
+        raise ValueError(f"scores must be a numpy array of shape ({candidates.shape[0]},)")
+    threshold = check_in_range(threshold, "threshold", 0.0, 1.0, low_open=True)
+    B, N = candidates.shape
+    if B == 0:
+        return np.empty(0, dtype=np.int64)
+    order = np.argsort(-scores, kind="stable")
+    X = candidates.astype(np.float64)
+    kept: list[int] = []
+    for i in order:
+        if kept:
+            ov = np.abs(X[kept] @ X[i]) / N
+            if ov.max() >= threshold:
+                continue
+        kept.append(int(i))
+    return np.asarray(kept, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------
+# factorize
+@dataclass
+class FactorizeResult:
+    """Output of :func:`factorize`.
+
+    Attributes
+    ----------
+    patterns : numpy.ndarray
+        int8 (K_acc, N) accepted +-1 patterns, in descending score order (``(0, N)`` when
+        nothing is detected or accepted).
+    k_hat : int
+        Number of detected spikes (from ``k_method``).
+    scores : numpy.ndarray
+        (K_acc,) acceptance scores of the accepted patterns.
+    n_candidates, n_duplicates, n_rejected, n_capped : int
+        Candidates produced (all attempts), removed as duplicates, failing the acceptance
+        threshold, and left out by the cap ``K_acc <= K_hat``.
+    n_redundant : int
+        Candidates dropped because their detected-subspace mass lies in the span of the
+        patterns already accepted (sign-mixtures of them; subspace acceptance only).
+    attempts : int
+        Seed rounds used.
+    values : numpy.ndarray
+        Leading eigenvalues of ``J`` (descending; all of them if the spectrum was complete).
+    dreamed : numpy.ndarray
+        The same eigenvalues after the dreaming flow at ``dream_time``.
+    vectors : numpy.ndarray
+        (N, k_hat) detected eigenvectors.
+    k_result : KHatResult
+    params : LAMParams
+    """
+
+    patterns: np.ndarray
+    k_hat: int
+    scores: np.ndarray
+    n_candidates: int
+    n_duplicates: int
+    n_rejected: int
+    n_capped: int
+    attempts: int
+    values: np.ndarray
+    dreamed: np.ndarray
+    vectors: np.ndarray
+    k_result: _sp.KHatResult
+    params: LAMParams
+    n_redundant: int = 0
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def n_accepted(self) -> int:
+        return int(self.patterns.shape[0])
+
+
+def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator) -> tuple[_sp.Spectrum, _sp.KHatResult]:
+    N = J.shape[0]
+    if p.kernel == "dense" or p.k_method == "shuffle":
+        spec = _sp._eig_full(J)
+        if p.k_method == "shuffle":
+            kres = _sp.estimate_k(J, "shuffle", rng=rng, spectrum=spec)
+        else:
+            kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau)
+        return spec, kres
+    m = min(N, 16)
+    while True:
+        spec = _sp._eig_top(J, m)
+        kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau)
+        # grow the partial spectrum while the count could be limited by its length
+        if m == N or kres.k_hat < m - 8:
+            return spec, kres
+        m = min(N, 4 * m)  # 16 -> 64 -> 256 ...
+
+
+def _select(
+    cands: np.ndarray,
+    scores: np.ndarray,
+    thr: float,
+    k_hat: int,
+    dedup: float,
+    V: np.ndarray | None = None,
+) -> tuple[np.ndarray, int, int, int, int]:
+    """Threshold, de-duplicate in score order, drop redundant mixtures, cap at ``k_hat``.
+
+    With ``V`` (subspace acceptance) a candidate must also bring a *new* direction: the
+    part of its detected-subspace mass ``||V^T z||^2 / N`` outside the span of the already
+    accepted patterns (measured in the K_hat coordinates ``V^T z``) must be ``>= thr``.
+    A sign-mixture of accepted patterns passes the overlap test when it has many
+    components (a 5-mixture overlaps each component by only 0.375 < 0.4) but its mass lies
+    in their span (novel fraction ~0), so it is dropped as redundant; a pattern not yet
+    accepted keeps novel fraction ~1.
+    """
+    ok = np.flatnonzero(scores >= thr)
+    n_rej = cands.shape[0] - ok.size
+    order = ok[np.argsort(-scores[ok], kind="stable")]
+    N = cands.shape[1]
+    X = cands.astype(np.float64)
+    Y = X @ V if V is not None else None
+    kept: list[int] = []
+    basis = np.zeros((0, 0 if V is None else V.shape[1]))
+    n_dup = n_red = 0
+    for i in order:
+        if kept:
+            if np.max(np.abs(X[kept] @ X[i])) / N >= dedup:
+                n_dup += 1
+                continue
+        if Y is not None:
+            y = Y[i]
+            resid = y - basis.T @ (basis @ y) if basis.shape[0] else y
+            if float(resid @ resid) / N < thr:
+                n_red += 1
+                continue
+            nrm = float(np.linalg.norm(resid))
+            if nrm > 0:
+                basis = np.vstack([basis, resid / nrm])
+        kept.append(int(i))
+    kept_arr = np.asarray(kept, dtype=np.int64)
+    n_cap = max(0, kept_arr.size - k_hat)
+    return kept_arr[:k_hat], n_rej, n_dup, n_red, n_cap
+
+
+def factorize(
+    J: np.ndarray,
+    rng: np.random.Generator | int | None = None,
+    *,
+    params: LAMParams | None = None,
+    spectrum: _sp.Spectrum | None = None,
+    **overrides: Any,
+) -> FactorizeResult:
+    """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> seeds -> LAM -> accept.
+
+    Parameters
+    ----------
+    J : numpy.ndarray
+        float64 (N, N) symmetric operator (raw: mean of Hebbian operators; an exact
+        ``xi^T xi / N`` works too).
+    rng : Generator, int or None
+        Randomness of the seeds and of the dynamics. None draws a fresh OS-seeded generator
+        (not reproducible).
+    params : LAMParams or None
+        Parameters; keyword ``overrides`` (any LAMParams field) are applied on top.
+    spectrum : Spectrum or None
+        A spectrum of ``J`` to reuse (complete, or partial from
+        :func:`fedlam.spectral.top_spectrum` with enough eigenpairs for the detection).
+
+    Returns
+    -------
+    FactorizeResult
+        ``patterns`` (K_acc <= K_hat, N) int8; K_hat = 0 gives an empty (0, N) array.
+
+    Notes
+    -----
+    Cost: one (partial) symmetric eigendecomposition, plus
+    ``O(attempts * steps * S * L * N * K_hat)`` for the dynamics with the default projector
+    kernel. The true number of archetypes is never used. Derived in
+    {ref}`sec-lam-seeding` and {ref}`sec-lam-acceptance`.
+    """
+    check_operator(J, "J")
+    p = _make_params(params, overrides)
+    gen = np.random.default_rng() if rng is None else as_rng(rng)
+    N = J.shape[0]
+    if spectrum is not None:
+        if not isinstance(spectrum, _sp.Spectrum):
+            raise TypeError(f"spectrum must be a Spectrum or None, got {type(spectrum).__name__}")
+        if spectrum.n != N:
+            raise ValueError(f"spectrum must be a spectrum of J (N = {N}), got N = {spectrum.n}")
+        if p.kernel == "dense" and not spectrum.complete:
+            raise ValueError("kernel='dense' needs a complete spectrum")
+        spec = spectrum
+        if p.k_method == "shuffle":
+            kres = _sp.estimate_k(J, "shuffle", rng=gen, spectrum=spec if spec.complete else None)
+        else:
+            kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau)
+    else:
+        spec, kres = _server_spectrum(J, p, gen)
+    k_hat = int(min(kres.k_hat, len(spec)))
+    dreamed = _sp.dream_eigenvalues(spec.values, p.dream_time)
+    V = spec.vectors[:, :k_hat]
+    empty = FactorizeResult(
+        patterns=np.empty((0, N), dtype=np.int8), k_hat=k_hat, scores=np.empty(0), n_candidates=0,
+        n_duplicates=0, n_rejected=0, n_capped=0, attempts=0, values=spec.values.copy(),
+        dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p,
+    )
+    if k_hat == 0:
+        return empty
+    kernel = make_kernel(p.kernel, spec, k_hat, p.dream_time)
+    thr = p.rho if p.accept == "subspace" else p.tau
+    n_seeds = p.seeds_for(k_hat)
+    pool: list[np.ndarray] = []
+    pool_scores: list[np.ndarray] = []
+    attempts = 0
+    kept = np.empty(0, dtype=np.int64)
+    n_rej = n_dup = n_red = n_cap = 0
+    cands = np.empty((0, N), dtype=np.int8)
+    scores = np.empty(0)
+    while attempts < p.max_attempts:
+        attempts += 1
+        seeds = seed_mixtures(V, n_seeds, gen)
+        final = run_lam(seeds, kernel, p, gen).reshape(-1, N)
+        sc = acceptance_scores(final, vectors=V) if p.accept == "subspace" else acceptance_scores(final, kernel=kernel)
+        pool.append(final)
+        pool_scores.append(sc)
+        cands = np.concatenate(pool)
+        scores = np.concatenate(pool_scores)
+        kept, n_rej, n_dup, n_red, n_cap = _select(cands, scores, thr, k_hat, p.dedup,
+                                                   V if p.accept == "subspace" else None)
+        if kept.size >= k_hat:
+            break
+    return FactorizeResult(
+        patterns=np.ascontiguousarray(cands[kept]), k_hat=k_hat, scores=scores[kept],
+        n_candidates=int(cands.shape[0]), n_duplicates=int(n_dup), n_rejected=int(n_rej),
+        n_capped=int(n_cap), n_redundant=int(n_red), attempts=attempts,
+        values=spec.values.copy(), dreamed=dreamed,
+        vectors=V.copy(), k_result=kres, params=p,
+    )
+
+
+def factorize_literal(
+    J: np.ndarray,
+    rng: np.random.Generator | int,
+    *,
+    eps: float = 0.01,
+    dream_steps: int = 200,
+    k_method: str = "fixed",
+    tau: float = 0.5,
+    n_seeds: int | None = None,
+    layers: int = 3,
+    lam: float = 0.2,
+    beta: float = 2.5,
+    H: float = 0.1,
+    steps: int = 50,
+    dedup: float = 0.5,
+) -> FactorizeResult:
+    """The paper's pipeline, literally (Algorithms 1-2): benchmark baseline and oracle.
+
+    ``dream_literal`` (``dream_steps`` dense products), ``numpy.linalg.eigh`` of the result,
+    K_hat by ``k_method`` (``"fixed"``: eigenvalues of ``J_KS`` above ``tau``, the paper;
+    other methods are applied to the raw eigenvalues of ``J``), Gaussian sign-mixture seeds,
+    then for each seed a Python loop over steps and layers of eq. ``update_MC_iclr`` with the
+    dense ``J_KS`` kernel, ``U[-1, 1]`` noise and the clamped seed as external field;
+    duplicates removed in input order with the *signed* overlap ``q >= dedup`` (0.5), then
+    acceptance ``zeta^T J_KS zeta / N >= tau``. No retries, no cap. Derived in
+    {ref}`sec-lam-acceptance`.
+    """
+    check_operator(J, "J")
+    gen = as_rng(rng)
+    k_method = check_choice(k_method, "k_method", _sp.K_METHODS)
+    p = LAMParams(layers=layers, lam=lam, beta=beta, H=H, steps=steps, noise="uniform",
+                  external="clamped", kernel="dense", dream_time=eps * dream_steps, k_method=k_method,
+                  tau=tau, n_seeds=n_seeds, dedup=dedup, accept="score")
+    N = J.shape[0]
+    Jks = _sp.dream_literal(J, eps, dream_steps)
+    w, U = np.linalg.eigh(Jks)
+    w, U = w[::-1], U[:, ::-1]
+    if k_method == "fixed":
+        kres = _sp.k_hat_fixed(w, tau)
+    else:
+        raw = np.sort(np.linalg.eigvalsh(J))[::-1]
+        kres = _sp.estimate_k(J if k_method == "shuffle" else raw, k_method, rng=gen)
+    k_hat = int(kres.k_hat)
+    V = U[:, :k_hat]
+    raw_spec = _sp.Spectrum(w, U, N, float(np.trace(Jks)), float(np.sum(Jks * Jks)))
+    if k_hat == 0:
+        return FactorizeResult(np.empty((0, N), dtype=np.int8), 0, np.empty(0), 0, 0, 0, 0, 0,
+                               raw_spec.values, w, V, kres, p)
+    m = p.seeds_for(k_hat)
+    cands: list[np.ndarray] = []
+    for _alpha in range(m):
+        c = gen.standard_normal(k_hat)
+        x = np.where(V @ c >= 0, 1.0, -1.0)
+        sig = [x.copy() for _ in range(layers)]
+        for _t in range(steps):
+            JS = [Jks @ sig[a] for a in range(layers)]
+            new = []
+            for a in range(layers):
+                hh = JS[a] + H * x
+                for b in range(layers):
+                    if b != a:
+                        hh = hh - (lam / N) * JS[b] * float(sig[b] @ JS[a])
+                u = gen.uniform(-1.0, 1.0, size=N)
+                new.append(np.where(np.tanh(beta * hh) + u >= 0, 1.0, -1.0))
+            sig = new
+        cands.extend(sig)
+    kept: list[np.ndarray] = []
+    n_dup = 0
+    for z in cands:
+        if any(float(z @ k) / N >= dedup for k in kept):
+            n_dup += 1
+            continue
+        kept.append(z)
+    acc, sc = [], []
+    for z in kept:
+        s = float(z @ (Jks @ z)) / N
+        if s >= tau:
+            acc.append(z)
+            sc.append(s)
+    pats = np.array(acc, dtype=np.int8).reshape(-1, N)
+    return FactorizeResult(pats, k_hat, np.asarray(sc), len(cands), n_dup, len(kept) - len(acc), 0, 1,
+                           w, w, V, kres, p)

@@ -1,0 +1,841 @@
+"""Spectral tools of the server: the dreaming flow, K-hat estimators, spectral gap.
+
+The server holds a symmetric positive semi-definite operator ``J`` (the mean of the
+clients' Hebbian operators ``eta^T eta / (N M)``, possibly blended with broadcast
+pattern operators). Everything the pipeline needs from ``J`` is spectral:
+
+* the **dreaming (unlearning) iteration** of the paper (eq. ``iter_JKS``)
+  ``J_{k+1} = J_k + eps/(1+eps k) (J_k - J_k^2)`` acts on each eigenvalue separately,
+  ``lam -> lam + eps_k lam (1 - lam)``. It is a forward-Euler discretisation of the logistic
+  flow in the log-time ``s = log(1 + t)``, whose exact solution is
+  ``lam(t) = (1 + t) lam / (1 + t lam)``; ``eps = 0.01`` for 200 steps is the flow time
+  ``t = 2``. One symmetric eigendecomposition therefore gives the result exactly
+  (:func:`dream`); the matrix iteration is kept as :func:`dream_literal` (test oracle and
+  benchmark baseline). Derived in {ref}`sec-dreaming-flow`.
+* **Run to convergence** the iteration sends *every* positive eigenvalue to 1, bulk noise
+  included: ``dream(J, inf)`` is the orthogonal projector on the range of ``J``, i.e. on the
+  span of all the examples, not of the archetypes. The flow time must stay finite and be
+  chosen (see {ref}`sec-dreaming-stop`).
+* **K-hat** is the number of eigenvalues that stand out of the noise bulk. The bulk of ``J``
+  is ``(1 - r^2)/N`` times a Marchenko-Pastur law of ratio ``q = N/M`` while a signal
+  eigenvalue sits near ``r^2 pi_mu``, so any fixed threshold on an unnormalised spectrum is
+  wrong by a scale; the estimators here are scale-aware (MP edge with an estimated bulk,
+  Tracy-Widom, a corrected shuffle null). The paper's fixed ``tau = 0.5`` on the dreamed
+  spectrum is kept as ``method="fixed"`` to show that it detects nothing on raw example
+  kernels. Derived in {ref}`sec-mp`, {ref}`sec-bbp-threshold`.
+
+Conventions: eigenvalues are float64 in *descending* order, eigenvectors are the matching
+columns of an (N, k) array.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse.linalg
+
+from fedlam._validation import (
+    as_rng,
+    check_choice,
+    check_in_range,
+    check_operator,
+    check_positive_int,
+    check_real,
+)
+
+__all__ = [
+    "Spectrum",
+    "KHatResult",
+    "spectrum",
+    "top_spectrum",
+    "dream_eigenvalues",
+    "dream",
+    "dream_literal",
+    "bulk_moments",
+    "k_hat_fixed",
+    "k_hat_mp",
+    "k_hat_shuffle",
+    "k_hat_tw",
+    "estimate_k",
+    "spectral_gap",
+    "K_METHODS",
+]
+
+K_METHODS = ("mp", "fixed", "shuffle", "tw")
+
+#: eigenvalues below ``ZERO_RTOL * max(|lam|)`` are treated as exact zeros (rank deficiency).
+ZERO_RTOL = 1e-8
+
+
+# ----------------------------------------------------------------------------------------
+# spectra
+@dataclass(frozen=True)
+class Spectrum:
+    """Eigen-decomposition of a symmetric operator, eigenvalues in descending order.
+
+    Attributes
+    ----------
+    values : numpy.ndarray
+        float64 (k,) eigenvalues, descending (k = N for a complete spectrum).
+    vectors : numpy.ndarray
+        float64 (N, k), column ``i`` is the unit eigenvector of ``values[i]``.
+    n : int
+        Dimension N of the operator.
+    trace : float
+        ``tr J`` (sum of *all* N eigenvalues, also for a partial spectrum).
+    sum_sq : float
+        ``||J||_F^2`` (sum of the squares of all N eigenvalues).
+
+    A partial spectrum (from :func:`top_spectrum`) keeps ``trace`` and ``sum_sq`` of the
+    whole operator, which is all the bulk estimators need: the mean and the variance of the
+    eigenvalues left after removing the top ``k`` follow from them exactly.
+    """
+
+    values: np.ndarray
+    vectors: np.ndarray
+    n: int
+    trace: float
+    sum_sq: float
+
+    @property
+    def complete(self) -> bool:
+        """True when all N eigenpairs are present."""
+        return self.values.shape[0] == self.n
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+
+def spectrum(J: np.ndarray) -> Spectrum:
+    """Full eigendecomposition of a symmetric operator (one ``scipy.linalg.eigh`` call, driver evd).
+
+    Parameters
+    ----------
+    J : numpy.ndarray
+        float (N, N) symmetric, finite, N >= 2.
+
+    Returns
+    -------
+    Spectrum
+        All N eigenpairs, eigenvalues in descending order.
+    """
+    check_operator(J, "J")
+    return _eig_full(J)
+
+
+def _eig_full(J: np.ndarray) -> Spectrum:
+    """:func:`spectrum` without argument checks (for callers that validated ``J``)."""
+    w, V = scipy.linalg.eigh(J, driver="evd", check_finite=False)
+    return Spectrum(
+        values=np.ascontiguousarray(w[::-1]),
+        vectors=np.ascontiguousarray(V[:, ::-1]),
+        n=J.shape[0],
+        trace=float(np.trace(J)),
+        sum_sq=float(np.einsum("ij,ij->", J, J)),
+    )
+
+
+_full_spectrum = spectrum
+
+
+def top_spectrum(J: np.ndarray, k: int, method: str = "auto") -> Spectrum:
+    """The ``k`` largest eigenpairs, with ``trace`` and ``sum_sq`` of the whole operator.
+
+    ``trace`` and ``sum_sq`` make the bulk estimators (:func:`k_hat_mp`, :func:`k_hat_tw`)
+    exact on a partial spectrum: the mean and variance of the eigenvalues left after the
+    top ``k`` follow from them.
+
+    Parameters
+    ----------
+    J : numpy.ndarray
+        float (N, N) symmetric.
+    k : int
+        Number of leading eigenpairs, ``1 <= k <= N`` (``k = N`` gives the full spectrum).
+    method : {"auto", "evr", "lanczos"}
+        ``"evr"``: ``scipy.linalg.eigh`` with ``subset_by_index`` (one tridiagonal reduction,
+        ``~N^3``, plus ``O(N^2 k)``). ``"lanczos"``: ``scipy.sparse.linalg.eigsh`` (implicitly
+        restarted Lanczos, ``O(N^2)`` per iteration, a few hundred matrix-vector products),
+        with a fixed start vector so that results are reproducible; falls back to evr if it
+        does not converge. ``"auto"``: Lanczos when ``N >= 500`` and ``k <= N / 10``.
+    """
+    check_operator(J, "J")
+    N = J.shape[0]
+    k = check_positive_int(k, "k")
+    method = check_choice(method, "method", ("auto", "evr", "lanczos"))
+    if k > N:
+        raise ValueError(f"k must be <= N = {N}, got {k}")
+    return _eig_top(J, k, method)
+
+
+def _eig_top(J: np.ndarray, k: int, method: str = "auto") -> Spectrum:
+    """:func:`top_spectrum` without argument checks (for callers that validated ``J``)."""
+    N = J.shape[0]
+    if k == N:
+        return _eig_full(J)
+    if method == "auto":
+        method = "lanczos" if (N >= 500 and 10 * k <= N) else "evr"
+    w = V = None
+    if method == "lanczos" and k < N - 1:
+        v0 = np.random.default_rng(0).standard_normal(N)
+        try:
+            w, V = scipy.sparse.linalg.eigsh(J, k=k, which="LA", v0=v0, tol=1e-12)
+        except scipy.sparse.linalg.ArpackError:
+            w = V = None
+        if w is not None:
+            order = np.argsort(w)
+            w, V = w[order], V[:, order]
+    if w is None:
+        w, V = scipy.linalg.eigh(J, subset_by_index=[N - k, N - 1], driver="evr", check_finite=False)
+    return Spectrum(
+        values=np.ascontiguousarray(w[::-1]),
+        vectors=np.ascontiguousarray(V[:, ::-1]),
+        n=N,
+        trace=float(np.trace(J)),
+        sum_sq=float(np.einsum("ij,ij->", J, J)),
+    )
+
+
+def _check_values(values: Any, name: str = "values") -> np.ndarray:
+    if not isinstance(values, np.ndarray):
+        raise TypeError(f"{name} must be a 1-D numpy float array of eigenvalues, got {type(values).__name__}")
+    if not np.issubdtype(values.dtype, np.floating):
+        raise TypeError(f"{name} must have a float dtype, got dtype {values.dtype}")
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be 1-dimensional, got shape {values.shape}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} must be finite")
+    return values.astype(np.float64, copy=False)
+
+
+def _as_spectrum(J_or_spec: Any, name: str = "J") -> Spectrum:
+    if isinstance(J_or_spec, Spectrum):
+        return J_or_spec
+    if isinstance(J_or_spec, np.ndarray) and J_or_spec.ndim == 1:
+        v = np.sort(_check_values(J_or_spec, name))[::-1]
+        if v.shape[0] < 2:
+            raise ValueError(f"{name} must hold N >= 2 eigenvalues, got {v.shape[0]}")
+        return Spectrum(v, np.empty((0, v.shape[0])), v.shape[0], float(v.sum()), float(v @ v))
+    if isinstance(J_or_spec, np.ndarray):
+        return spectrum(J_or_spec)
+    raise TypeError(
+        f"{name} must be an (N, N) operator, a Spectrum or a 1-D array of eigenvalues, "
+        f"got {type(J_or_spec).__name__}"
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# dreaming
+def _check_time(t: Any, allow_inf: bool) -> float:
+    v = check_real(t, "t", finite=False)
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"t must be a real >= 0{' (inf allowed)' if allow_inf else ' and finite'}, got {t!r}")
+    return v
+
+
+def dream_eigenvalues(lam: Any, t: float, steps: int | None = None) -> np.ndarray:
+    """The dreaming map on eigenvalues.
+
+    ``steps=None``: the exact continuous flow ``(1 + t) lam / (1 + t lam)``. ``t = inf`` is
+    the converged limit: 1 for every positive eigenvalue, 0 for a zero one (the projector on
+    the range), which is why the flow time must stay finite.
+
+    ``steps=n``: the exact result of the paper's n-step iteration (eq. ``iter_JKS``) with
+    ``eps = t / n``, i.e. ``lam <- lam + eps/(1 + eps k) (lam - lam^2)`` for
+    ``k = 0..n-1``. Applied in the eigenbasis this is *identical* to the matrix iteration,
+    because every ``J_k`` is a polynomial in ``J``.
+
+    Derived in {ref}`sec-dreaming-flow`.
+
+    Parameters
+    ----------
+    lam : float or numpy.ndarray
+        Eigenvalue(s); must satisfy ``1 + t lam > 0`` for the closed form (true for a
+        positive semi-definite operator).
+    t : float
+        Flow time ``>= 0`` (the paper's default ``eps = 0.01``, 200 steps is ``t = 2``).
+    steps : int or None
+        Number of discrete steps, or None for the continuous flow.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 array of the same shape as ``lam``.
+
+    Examples
+    --------
+    >>> round(float(dream_eigenvalues(0.2, 2.0)), 6)  # a raw signal eigenvalue ~ r^2 pi = 0.64/3
+    0.428571
+    """
+    if isinstance(lam, (bool, np.bool_)):
+        raise TypeError(f"lam must be a real number or a float array, got bool {lam!r}")
+    arr = np.asarray(lam)
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"lam must be real, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("lam must be finite")
+    if steps is None:
+        t = _check_time(t, allow_inf=True)
+        if math.isinf(t):
+            tol = ZERO_RTOL * max(float(np.max(np.abs(arr), initial=0.0)), 1e-300)
+            if np.any(arr < -tol):
+                raise ValueError("lam must be >= 0 for t = inf (negative eigenvalues diverge)")
+            return np.where(arr > tol, 1.0, 0.0)
+        den = 1.0 + t * arr
+        if np.any(den <= 0):
+            raise ValueError(f"1 + t*lam must be > 0 (the flow has a pole at lam = -1/t), got min {float(den.min())!r}")
+        return (1.0 + t) * arr / den
+    t = _check_time(t, allow_inf=False)
+    n = check_positive_int(steps, "steps")
+    eps = t / n
+    out = arr.copy()
+    for k in range(n):
+        out = out + (eps / (1.0 + eps * k)) * (out - out * out)
+    return out
+
+
+def dream(J: np.ndarray, t: float, steps: int | None = None, spectrum: Spectrum | None = None) -> np.ndarray:
+    """Sharpened operator ``V f(Lambda) V^T`` with ``f`` = :func:`dream_eigenvalues`.
+
+    ``dream(J, 2.0, steps=200)`` equals ``dream_literal(J, 0.01, 200)`` to rounding (about
+    1e-13 relative at N = 1000) at the price of one eigendecomposition instead of 200 dense
+    matrix products. ``steps=None`` uses the continuous flow, which differs from the
+    200-step iteration by ``O(eps)``. Derived in {ref}`sec-dreaming-flow`.
+
+    Parameters
+    ----------
+    J : numpy.ndarray
+        float (N, N) symmetric operator.
+    t : float
+        Flow time (``inf`` gives the projector on the range of ``J``).
+    steps : int or None
+        See :func:`dream_eigenvalues`.
+    spectrum : Spectrum or None
+        A *complete* spectrum of ``J`` to reuse (skips the eigendecomposition).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (N, N) symmetric.
+    """
+    check_operator(J, "J")
+    if spectrum is None:
+        spec = _full_spectrum(J)
+    else:
+        if not isinstance(spectrum, Spectrum):
+            raise TypeError(f"spectrum must be a Spectrum or None, got {type(spectrum).__name__}")
+        if spectrum.n != J.shape[0] or not spectrum.complete:
+            raise ValueError(
+                f"spectrum must be the complete spectrum of J (N = {J.shape[0]}), got "
+                f"{len(spectrum)} of N = {spectrum.n} eigenpairs"
+            )
+        spec = spectrum
+    f = dream_eigenvalues(spec.values, t, steps)
+    V = spec.vectors
+    out = (V * f) @ V.T
+    return 0.5 * (out + out.T)
+
+
+def dream_literal(J: np.ndarray, eps: float, steps: int) -> np.ndarray:
+    """The paper's dreaming iteration, literally (eq. ``iter_JKS``): test oracle and baseline.
+
+    ``J_{k+1} = J_k + eps/(1 + eps k) (J_k - J_k^2)``, ``J_0 = J``, for ``k = 0..steps-1``:
+    ``steps`` dense N x N matrix products. Use :func:`dream` instead (same result, one
+    eigendecomposition). Derived in {ref}`sec-dreaming-flow`.
+
+    Parameters
+    ----------
+    J : numpy.ndarray
+        float (N, N) symmetric.
+    eps : float
+        Step ``> 0`` (paper: 0.01). The paper asks ``eps < [(1 + sqrt(tr J / N))^2 - 1]^{-1}``.
+    steps : int
+        Number of iterations ``>= 1`` (paper: 200).
+    """
+    check_operator(J, "J")
+    eps = check_in_range(eps, "eps", 0.0, None, low_open=True)
+    n = check_positive_int(steps, "steps")
+    X = np.array(J, dtype=np.float64, copy=True)
+    for k in range(n):
+        e = eps / (1.0 + eps * k)
+        X = (1.0 + e) * X - e * (X @ X)
+    return 0.5 * (X + X.T)
+
+
+# ----------------------------------------------------------------------------------------
+# K-hat estimators
+@dataclass(frozen=True)
+class KHatResult:
+    """Result of a K-hat estimator.
+
+    Attributes
+    ----------
+    k_hat : int
+        Number of eigenvalues detected above the noise.
+    threshold : float
+        The cut, in the units of the eigenvalues it was applied to (raw ``J`` for
+        mp/tw/shuffle, dreamed values for fixed).
+    sigma2 : float
+        Estimated bulk variance of the rescaled operator ``N J`` (``1 - r^2`` for a
+        Hebbian operator of examples); NaN when not estimated.
+    q : float
+        Estimated effective aspect ratio ``N / M``; NaN when not estimated.
+    method : str
+    details : dict
+        Method-specific extras (margin, null samples, edge, ...).
+    """
+
+    k_hat: int
+    threshold: float
+    sigma2: float
+    q: float
+    method: str
+    details: dict = field(default_factory=dict)
+
+
+def bulk_moments(spec: Spectrum, k: int) -> tuple[float, float]:
+    """Mean and variance of the N - k eigenvalues left after removing the top ``k``.
+
+    Uses ``trace`` and ``sum_sq`` of the whole operator, so a partial spectrum suffices.
+    Zero eigenvalues (rank deficiency, ``M < N``) belong to the bulk: the Marchenko-Pastur
+    law with ratio ``q > 1`` has an atom ``1 - 1/q`` at zero, and with it its mean is
+    ``sigma^2`` and its variance ``sigma^4 q`` for every ``q``. Derived in {ref}`sec-mp`.
+    """
+    if not isinstance(spec, Spectrum):
+        raise TypeError(f"spec must be a Spectrum, got {type(spec).__name__}")
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    if k < 0 or k >= spec.n or k > len(spec):
+        raise ValueError(f"k must lie in [0, min(N - 1, {len(spec)})] for this spectrum, got {k}")
+    m, v = _bulk_profile(spec, int(k))
+    return float(m[k]), float(v[k])
+
+
+def _bulk_profile(spec: Spectrum, kmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bulk mean and variance for k = 0..kmax (vectorised :func:`bulk_moments`).
+
+    With a complete spectrum the suffix sums of the eigenvalues themselves are used (no
+    cancellation); with a partial one, ``trace`` and ``sum_sq`` minus the top ones. A bulk
+    whose mean is below ``ZERO_RTOL * max|lam|`` is numerically empty (exact zeros up to
+    rounding) and gets mean and variance 0.
+    """
+    n = spec.n - np.arange(kmax + 1)
+    if spec.complete:
+        tail = spec.values[::-1]
+        s1 = np.cumsum(tail)[::-1][: kmax + 1]
+        s2 = np.cumsum(tail * tail)[::-1][: kmax + 1]
+    else:
+        vals = spec.values[:kmax]
+        s1 = spec.trace - np.concatenate([[0.0], np.cumsum(vals)])
+        s2 = spec.sum_sq - np.concatenate([[0.0], np.cumsum(vals * vals)])
+    m = s1 / n
+    v = np.maximum(s2 / n - m * m, 0.0)
+    tiny = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
+    empty = m <= tiny
+    return np.where(empty, 0.0, m), np.where(empty, 0.0, v)
+
+
+def _tw_rel_scale(n: float, q: np.ndarray) -> np.ndarray:
+    """Johnstone's Tracy-Widom scale divided by the MP edge, for N = n and M = n / q.
+
+    ``mu = (sqrt M + sqrt N)^2 / M``, ``s = (sqrt M + sqrt N)(1/sqrt M + 1/sqrt N)^{1/3} / M``
+    give ``s / mu = (1/sqrt M + 1/sqrt N)^{1/3} / (sqrt M + sqrt N)``.
+    """
+    q = np.maximum(q, 1e-12)
+    sm = np.sqrt(n / q)
+    sn = math.sqrt(n)
+    return (1.0 / sm + 1.0 / sn) ** (1.0 / 3.0) / (sm + sn)
+
+
+def _largest_passing(vals: np.ndarray, thr: np.ndarray) -> int:
+    """Largest k >= 1 with vals[k-1] > thr[k] (thr[k] from the bulk without the top k), else 0."""
+    kk = np.arange(1, vals.shape[0] + 1)
+    ok = vals > thr[kk]
+    return int(kk[ok].max()) if ok.any() else 0
+
+
+def _default_kmax(n: int, max_k: int | None) -> int:
+    if max_k is None:
+        return max(1, n // 4)
+    return check_positive_int(max_k, "max_k")
+
+
+def k_hat_mp(
+    values: Any,
+    q: float | None = None,
+    margin: float | None = None,
+    max_k: int | None = None,
+    n_sigma: float = 4.0,
+) -> KHatResult:
+    """K-hat from the Marchenko-Pastur edge of an estimated bulk (scale-free).
+
+    For each candidate ``k`` the bulk is the ``N - k`` eigenvalues left after removing the
+    top ``k`` (zeros included). Its mean ``m`` estimates ``sigma^2/N`` and, because the MP law
+    has variance ``sigma^4 q``, its variance ``v`` gives the effective aspect ratio
+    ``q_hat = v / m^2`` (unless ``q`` is given). The edge is ``m (1 + sqrt q_hat)^2`` and the
+    k-th eigenvalue is an outlier if it exceeds ``edge (1 + margin)``. ``K_hat`` is the
+    largest ``k <= max_k`` passing this test: spikes left in the bulk inflate its variance
+    and hide each other (with ``K`` exact patterns the bulk at ``k = 0`` has ``q_hat ~ N/K``
+    and an edge above 1), so scanning from the top and stopping at the first failure would
+    miss them; with the spikes removed the bulk statistics are those of the noise. (The
+    fixed-point iteration ``k <- #{lam > edge(bulk without the top k)}`` started at
+    ``k = 0`` stops at the *smallest* fixed point, which is 0 for an exact Hebbian kernel;
+    scanning every ``k <= max_k`` finds the largest consistent one. On pure Wishart noise
+    ``lam_k / edge_k`` stays below ~1.03 for every k up to N/4 at N = 400, q = 0.2 and 2.)
+
+    Eigenvalues below ``1e-8 max|lam|`` are exact zeros and never outliers. An exact
+    Hebbian kernel ``xi^T xi / N`` has no bulk at all: K_hat is then its rank R (if
+    ``R <= max_k``). The same holds for the Hebbian operator of R < N/4 pure-noise examples:
+    ``eta^T eta / (N R)`` *is*, up to the factor 1/R, the Hebbian kernel of R random
+    patterns, and no spectral rule can tell the two apart. With ``R > max_k`` (default
+    ``N/4``) a rank-deficient operator is read as noise. Derived in {ref}`sec-mp` and {ref}`sec-bbp-threshold`.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or Spectrum
+        Eigenvalues of the raw operator ``J`` (any order) or a (partial) Spectrum.
+    q : float or None
+        Known aspect ratio ``N / M``; None estimates it from the bulk (needed after
+        blending/aggregation, where ``N / M`` is not the effective ratio).
+    margin : float or None
+        Relative safety margin above the edge. None: ``n_sigma`` Tracy-Widom scales
+        (Johnstone 2001) at the estimated ``q``, about 2.6 % at N = 400, q = 0.2 and 5.8 %
+        at N = 400, q = 2 -- the finite-N fluctuation of the largest bulk eigenvalue.
+    max_k : int or None
+        Largest K considered (default ``N // 4``; a rank-deficient noise operator with rank
+        above this is read as noise).
+    n_sigma : float
+        Width of the automatic margin in Tracy-Widom scales (default 4).
+
+    Returns
+    -------
+    KHatResult
+        ``sigma2`` and ``q`` are the bulk estimates at ``k = k_hat``.
+    """
+    spec = _as_spectrum(values, "values")
+    if q is not None:
+        q = check_in_range(q, "q", 0.0, None, low_open=True)
+    if margin is not None:
+        margin = check_in_range(margin, "margin", 0.0, None)
+    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
+    kmax = min(_default_kmax(spec.n, max_k), spec.n - 1, len(spec))
+    m, v = _bulk_profile(spec, kmax)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qh = np.where(m > 0, v / np.maximum(m * m, 1e-300), 0.0) if q is None else np.full_like(m, q)
+    edge = m * (1.0 + np.sqrt(qh)) ** 2
+    rel = _tw_rel_scale(spec.n, qh) * n_sigma if margin is None else np.full_like(m, margin)
+    floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
+    thr = np.maximum(edge * (1.0 + rel), floor)
+    k = _largest_passing(spec.values[:kmax], thr)
+    return KHatResult(
+        k_hat=k,
+        threshold=float(thr[k]),
+        sigma2=float(m[k] * spec.n),
+        q=float(qh[k]),
+        method="mp",
+        details={"edge": float(edge[k]), "margin": float(rel[k]), "max_k": kmax},
+    )
+
+
+def k_hat_tw(
+    values: Any,
+    N: int | None = None,
+    M_eff: float | None = None,
+    alpha: float = 0.05,
+    max_k: int | None = None,
+) -> KHatResult:
+    """K-hat from a Tracy-Widom test on the largest remaining eigenvalue (Johnstone 2001).
+
+    For each candidate ``k`` the bulk mean ``m`` (top ``k`` removed) sets the noise scale,
+    and eigenvalue ``k`` is an outlier when ``lam_k / m`` exceeds Johnstone's centring plus
+    the ``1 - alpha`` quantile of TW1 times his scaling, for an ``N x M_eff`` white Wishart
+    (in units of ``N J / sigma^2``, from :func:`fedlam.rmt.johnstone_center_scale`).
+    ``M_eff`` defaults to ``N / q_hat`` with ``q_hat`` the moment estimate of
+    :func:`k_hat_mp`. K_hat is the largest passing ``k <= max_k`` (see :func:`k_hat_mp` for
+    why). Derived in {ref}`sec-bbp-threshold`.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or Spectrum
+        Eigenvalues of ``J`` or a Spectrum.
+    N : int or None
+        Dimension (defaults to the spectrum's).
+    M_eff : float or None
+        Effective number of examples; None estimates it.
+    alpha : float
+        Test level in (0, 1).
+    max_k : int or None
+        Largest K considered (default ``N // 4``).
+    """
+    from fedlam import rmt
+
+    spec = _as_spectrum(values, "values")
+    if N is not None:
+        N = check_positive_int(N, "N", minimum=2)
+        if N != spec.n:
+            raise ValueError(f"N must equal the dimension of the spectrum ({spec.n}), got {N}")
+    alpha = check_in_range(alpha, "alpha", 0.0, 1.0, low_open=True, high_open=True)
+    if M_eff is not None:
+        M_eff = check_in_range(M_eff, "M_eff", 0.0, None, low_open=True)
+    kmax = min(_default_kmax(spec.n, max_k), spec.n - 1, len(spec))
+    m, v = _bulk_profile(spec, kmax)
+    x = float(rmt.tw1_quantile(1.0 - alpha))
+    if M_eff is None:
+        qh = np.where(m > 0, v / np.maximum(m * m, 1e-300), 0.0)
+        Ms = np.where(qh > 0, spec.n / np.maximum(qh, 1e-300), np.inf)
+    else:
+        Ms = np.full_like(m, M_eff)
+    cut = np.empty_like(m)
+    for i, Mi in enumerate(Ms):
+        if not np.isfinite(Mi) or Mi > 1e12:
+            cut[i] = 1.0  # no bulk spread: the noise is a multiple of the identity (or zero)
+        else:
+            mu, s = rmt.johnstone_center_scale(spec.n, max(2, int(round(float(Mi)))))
+            cut[i] = mu + s * x
+    floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
+    thr = np.maximum(m * cut, floor)
+    k = _largest_passing(spec.values[:kmax], thr)
+    return KHatResult(
+        k_hat=k,
+        threshold=float(thr[k]),
+        sigma2=float(m[k] * spec.n),
+        q=float(spec.n / Ms[k]) if np.isfinite(Ms[k]) else 0.0,
+        method="tw",
+        details={"alpha": alpha, "tw_quantile": x, "M_eff": float(Ms[k]), "max_k": kmax},
+    )
+
+
+def k_hat_fixed(values_dreamed: Any, tau: float = 0.5) -> KHatResult:
+    """The paper's rule: count dreamed eigenvalues above a fixed ``tau`` (eq. ``keff``).
+
+    Not scale-aware. A raw example kernel has signal eigenvalues ``~ r^2 pi_mu`` (0.21 for
+    r = 0.8, K = 3), about 0.44 after the default flow ``t = 2``: below ``tau = 0.5``, so
+    K_hat = 0 although the spikes are far above the BBP threshold. It works on exact
+    Hebbian kernels (eigenvalues ~ 1). Derived in {ref}`sec-dreaming-stop`.
+
+    Parameters
+    ----------
+    values_dreamed : numpy.ndarray or Spectrum
+        Eigenvalues *after* dreaming (see :func:`dream_eigenvalues`).
+    tau : float
+        Threshold (paper: 0.5).
+    """
+    if isinstance(values_dreamed, Spectrum):
+        vals = values_dreamed.values
+    else:
+        vals = _check_values(values_dreamed, "values_dreamed")
+    tau = check_real(tau, "tau")
+    return KHatResult(int(np.sum(vals > tau)), tau, float("nan"), float("nan"), "fixed", {})
+
+
+def _shuffle_offdiag(J: np.ndarray, iu: tuple[np.ndarray, np.ndarray], gen: np.random.Generator) -> np.ndarray:
+    vals = J[iu]
+    S = np.zeros_like(J)
+    S[iu] = gen.permutation(vals)
+    S = S + S.T
+    S[np.diag_indices_from(S)] = np.diag(J)
+    return S
+
+
+def _top_eigenvalue(S: np.ndarray, gen: np.random.Generator) -> float:
+    """Largest eigenvalue by Lanczos (``O(N^2)`` per iteration; v0 from ``gen``)."""
+    N = S.shape[0]
+    if N <= 3:
+        return float(np.linalg.eigvalsh(S)[-1])
+    w = scipy.sparse.linalg.eigsh(S, k=1, which="LA", v0=gen.standard_normal(N), tol=1e-10,
+                                  return_eigenvectors=False)
+    return float(w[0])
+
+
+def k_hat_shuffle(
+    J: np.ndarray,
+    rng: np.random.Generator | int,
+    n_null: int = 20,
+    alpha: float = 0.01,
+    mp_correction: bool = True,
+    max_iter: int = 5,
+    spectrum: Spectrum | None = None,
+    margin: float | None = None,
+    n_sigma: float = 4.0,
+) -> KHatResult:
+    """K-hat from a shuffle null: top eigenvalue of symmetric permutations of the off-diagonal.
+
+    The paper's null (App. ``app:threshold``): permute the off-diagonal entries of ``J``
+    (keeping symmetry and the diagonal), take the ``1 - alpha`` quantile of the largest
+    eigenvalue over ``n_null`` shuffles as the cut. A shuffled matrix is a *Wigner*-type
+    matrix (independent entries): its edge is ``d + 2 sqrt(N v)`` (``d`` the mean diagonal,
+    ``v`` the off-diagonal variance), while a Wishart bulk ends at
+    ``d (1 + sqrt q)^2 = d (1 + 2 sqrt q + q)`` with ``sqrt q = sqrt(N v) / d``. The plain
+    shuffle cut is therefore too low by ``d q = N v / d`` (for pure noise at N = 400,
+    q = 0.2 it cuts at 1.89 sigma^2 against an MP edge of 2.09 sigma^2 and reports several
+    false spikes). With ``mp_correction`` (default) the cut is raised by ``N v / d``, and
+    the null is recomputed on the operator with the detected spikes deflated (their
+    eigenvalues replaced by the bulk mean) until K_hat is stable, because the spikes
+    themselves inflate ``v`` (the first deflation uses the :func:`k_hat_mp` count as a
+    starting point, the null then decides). The shuffled matrices fluctuate like a Wigner edge, less than
+    the largest eigenvalue of a Wishart bulk (at N = 400, q = 0.2 the null maxima spread by
+    about 0.5 % while the top bulk eigenvalue sits 0.8 % above the MP edge in a typical
+    draw), so the corrected cut also gets the relative ``margin`` of :func:`k_hat_mp`
+    (default: ``n_sigma`` Tracy-Widom scales). ``mp_correction=False`` is the paper's
+    literal rule (one pass, no correction, no margin). Costs ``n_null`` extra
+    top-eigenvalue computations per pass.
+    Derived in {ref}`sec-mp`.
+
+    Parameters
+    ----------
+    J : numpy.ndarray
+        float (N, N) symmetric operator (the raw one: shuffling needs the entries).
+    rng : numpy.random.Generator or int
+    n_null : int
+        Number of shuffles.
+    alpha : float
+        Level; the cut is the ``1 - alpha`` empirical quantile.
+    mp_correction : bool
+        Add the Wishart-vs-Wigner shift and iterate with deflation (see above).
+    max_iter : int
+        Maximum deflation passes.
+    spectrum : Spectrum or None
+        A complete spectrum of ``J`` to reuse.
+    margin : float or None
+        Relative margin added to the corrected cut (None: ``n_sigma`` TW scales).
+    n_sigma : float
+        See :func:`k_hat_mp`.
+    """
+    check_operator(J, "J")
+    gen = as_rng(rng)
+    n_null = check_positive_int(n_null, "n_null")
+    alpha = check_in_range(alpha, "alpha", 0.0, 1.0, low_open=True, high_open=True)
+    if not isinstance(mp_correction, (bool, np.bool_)):
+        raise TypeError(f"mp_correction must be a bool, got {type(mp_correction).__name__}")
+    max_iter = check_positive_int(max_iter, "max_iter")
+    if margin is not None:
+        margin = check_in_range(margin, "margin", 0.0, None)
+    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
+    N = J.shape[0]
+    if spectrum is None or not spectrum.complete:
+        spec = _full_spectrum(J)
+    else:
+        if spectrum.n != N:
+            raise ValueError(f"spectrum must be the spectrum of J (N = {N}), got N = {spectrum.n}")
+        spec = spectrum
+    iu = np.triu_indices(N, 1)
+    # start the deflation from the MP count: strong spikes inflate the off-diagonal
+    # variance of the undeflated operator so much that its null hides them all (an exact
+    # Hebbian kernel would give K_hat = 0 at the first pass)
+    k = k_hat_mp(spec).k_hat if mp_correction else 0
+    floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
+    thr = float("inf")
+    nulls = np.empty(0)
+    shift = 0.0
+    for _ in range(max_iter if mp_correction else 1):
+        if k == 0:
+            R = J
+        else:
+            m, _v = bulk_moments(spec, k)
+            Vk = spec.vectors[:, :k]
+            R = J + (Vk * (m - spec.values[:k])) @ Vk.T
+            R = 0.5 * (R + R.T)
+        nulls = np.empty(n_null)
+        for i in range(n_null):
+            S = _shuffle_offdiag(R, iu, gen)
+            nulls[i] = _top_eigenvalue(S, gen)
+        thr = float(np.quantile(nulls, 1.0 - alpha))
+        if mp_correction:
+            d = float(np.mean(np.diag(R)))
+            off = R[iu]
+            v = float(np.mean(off * off) - np.mean(off) ** 2)
+            shift = N * v / d if d > 0 else 0.0
+            rel = margin if margin is not None else (
+                float(_tw_rel_scale(N, np.array(N * v / (d * d) if d > 0 else 0.0))) * n_sigma)
+            thr = (thr + shift) * (1.0 + rel)
+        thr = max(thr, floor)
+        k_new = int(np.sum(spec.values > thr))
+        if k_new == k:
+            break
+        k = k_new
+    k = int(np.sum(spec.values > thr))
+    m, v = bulk_moments(spec, min(k, N - 1))
+    return KHatResult(
+        k_hat=k,
+        threshold=thr,
+        sigma2=float(m * N),
+        q=float(v / (m * m)) if m > 0 else float("nan"),
+        method="shuffle",
+        details={"null_max": nulls, "alpha": alpha, "mp_shift": shift, "mp_correction": bool(mp_correction)},
+    )
+
+
+def estimate_k(
+    J_or_spectrum: Any,
+    method: str = "mp",
+    *,
+    rng: np.random.Generator | int | None = None,
+    dream_time: float = 2.0,
+    tau: float = 0.5,
+    **kw: Any,
+) -> KHatResult:
+    """Estimate the number of archetypes visible in an operator.
+
+    Parameters
+    ----------
+    J_or_spectrum : numpy.ndarray or Spectrum
+        The raw server operator ``J`` (N, N), or its Spectrum (not for ``"shuffle"``).
+    method : {"mp", "fixed", "shuffle", "tw"}
+        ``"mp"`` (default): :func:`k_hat_mp`; ``"tw"``: :func:`k_hat_tw`; ``"shuffle"``:
+        :func:`k_hat_shuffle` (needs ``J`` and ``rng``); ``"fixed"``: the paper's
+        :func:`k_hat_fixed` on the spectrum dreamed for ``dream_time``.
+    rng : Generator, int or None
+        Only for ``"shuffle"``.
+    dream_time, tau : float
+        Only for ``"fixed"``.
+    **kw
+        Passed to the estimator (e.g. ``margin``, ``q``, ``alpha``, ``n_null``).
+
+    Derived in {ref}`sec-bbp-threshold`.
+    """
+    method = check_choice(method, "method", K_METHODS)
+    if method == "shuffle":
+        if not isinstance(J_or_spectrum, np.ndarray) or J_or_spectrum.ndim != 2:
+            raise TypeError("J_or_spectrum must be the (N, N) operator for method='shuffle' (the null shuffles its entries)")
+        if rng is None:
+            raise ValueError("rng must be given for method='shuffle' (a Generator or an int seed)")
+        return k_hat_shuffle(J_or_spectrum, rng, **kw)
+    spec = _as_spectrum(J_or_spectrum, "J_or_spectrum")
+    if method == "mp":
+        return k_hat_mp(spec, **kw)
+    if method == "tw":
+        return k_hat_tw(spec, **kw)
+    if kw:
+        raise TypeError(f"method='fixed' takes no extra arguments, got {sorted(kw)}")
+    return k_hat_fixed(dream_eigenvalues(spec.values, dream_time), tau)
+
+
+def spectral_gap(values: Any, k: int) -> float:
+    """Relative gap ``(lam_k - lam_{k+1}) / lam_k`` after the ``k``-th largest eigenvalue.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or Spectrum
+        Eigenvalues (any order; sorted descending here).
+    k : int
+        ``0 <= k < len(values)``; ``k = 0`` (nothing detected) returns NaN.
+    """
+    if isinstance(values, Spectrum):
+        vals = values.values
+    else:
+        vals = np.sort(_check_values(values))[::-1]
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    k = int(k)
+    if k < 0 or k >= vals.shape[0]:
+        raise ValueError(f"k must lie in [0, {vals.shape[0] - 1}], got {k}")
+    if k == 0:
+        return float("nan")
+    a, b = float(vals[k - 1]), float(vals[k])
+    if a == 0:
+        return float("nan")
+    return (a - b) / a

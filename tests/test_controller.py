@@ -1,0 +1,245 @@
+"""Tests of fedlam.controller: the paper's entropy rule, its failure on noise, our novelty rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedlam import controller as C
+from fedlam.data import random_archetypes, sample_examples
+from fedlam.operators import hebbian, pattern_operator
+
+N, K, M, R = 400, 3, 300, 0.9
+
+
+@pytest.fixture(scope="module")
+def world():
+    rng = np.random.default_rng(1234)
+    xi = random_archetypes(K + 1, N, rng)  # last one is "new"
+    old = xi[:K]
+    honest, _ = sample_examples(old, M, R, np.full(K, 1.0 / K), rng)
+    noise = rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, N))
+    shift, _ = sample_examples(xi, M, R, np.array([0.2, 0.2, 0.2, 0.4]), rng)
+    return {
+        "xi": xi,
+        "A": pattern_operator(old),
+        "honest": honest,
+        "noise": noise,
+        "shift": shift,
+    }
+
+
+# ---------------------------------------------------------------- entropy, floor, agreement
+def test_binary_entropy_values():
+    assert C.binary_entropy(0.5) == 1.0
+    assert C.binary_entropy(0.0) == 0.0 and C.binary_entropy(1.0) == 0.0
+    p = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    h = C.binary_entropy(p)
+    np.testing.assert_allclose(h, h[::-1], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(h[0], -(0.1 * math.log2(0.1) + 0.9 * math.log2(0.9)), rtol=1e-14)
+
+
+def test_h_min_values():
+    assert C.h_min(1.0) == 0.0
+    assert C.h_min(0.0) == 1.0
+    # (1 + 0.81)/2 = 0.905
+    expected = -(0.905 * math.log2(0.905) + 0.095 * math.log2(0.095))
+    assert abs(C.h_min(0.9) - expected) < 1e-14
+    assert abs(C.h_min(0.9) - 0.452942548) < 1e-8
+    r = np.array([0.0, 0.5, 1.0])
+    np.testing.assert_allclose(C.h_min(r), [1.0, C.h_min(0.5), 0.0])
+    # decreasing in r
+    assert np.all(np.diff(C.h_min(np.linspace(0, 1, 11))) < 0)
+
+
+def test_sign_agreement_basic(world):
+    A = world["A"]
+    assert C.sign_agreement(A, A) == 1.0
+    assert C.sign_agreement(A, -A) == pytest.approx(0.0, abs=0.0)
+    assert C.sign_agreement(np.zeros((N, N)), A) == 0.5
+
+
+def test_sign_agreement_ties_count_half():
+    # A from K_hat = 2 patterns: off-diagonal entries are 0 where the patterns disagree
+    xi = np.array([[1, 1, 1, -1], [1, -1, 1, 1]], dtype=np.int8)
+    A = pattern_operator(xi)
+    B = np.ones((4, 4))
+    off = ~np.eye(4, dtype=bool)
+    n_zero = int(np.sum(A[off] == 0))
+    n_agree = int(np.sum(A[off] > 0))
+    assert n_zero > 0
+    assert C.sign_agreement(A, B) == pytest.approx((n_agree + 0.5 * n_zero) / 12, abs=1e-15)
+    # the diagonal is ignored
+    B2 = B.copy()
+    np.fill_diagonal(B2, -1.0)
+    assert C.sign_agreement(A, B2) == C.sign_agreement(A, B)
+
+
+# ---------------------------------------------------------------- pure-noise client
+def test_paper_rule_trusts_pure_noise(world):
+    """The paper's rule gives a pure-noise client w ~ 1 (derived bound, 10 sigma)."""
+    B = hebbian(world["noise"])
+    bound = C.noise_client_paper_bound(N, R, n_sigma=10.0)
+    assert bound < 2e-3  # 1.65e-3 at N = 400, r = 0.9
+    w = C.entropy_weight(world["A"], B, R)
+    assert w >= 1.0 - bound
+    terms = C.paper_terms(world["A"], B, R)
+    assert abs(terms["p"] - 0.5) <= 10 / (2 * math.sqrt(N * (N - 1) / 2))
+    # with its own estimated quality (r_hat ~ 0, clamped to r_min = 0.1) it is still ~ 1
+    ctrl = C.PaperController(r=None, alpha=1.0)
+    w_est = ctrl.update(world["A"], B, M)
+    assert ctrl.last.details["r_hat"] < 0.1
+    assert w_est >= 1.0 - C.noise_client_paper_bound(N, 0.1, n_sigma=10.0)
+
+
+def test_novelty_rule_rejects_pure_noise(world):
+    spec = C.local_spectrum(world["noise"])
+    a = C.novelty_assessment(world["A"], spectrum=spec)
+    assert not a.detected and a.w == 0.0
+    assert C.novelty_weight(world["A"], hebbian(world["noise"]), M) == 0.0
+    ctrl = C.NoveltyController()
+    assert ctrl.update(world["A"], hebbian(world["noise"]), M, spec) == 0.0
+    assert ctrl.state == 1.0  # gate does not move the smoothed state
+
+
+def test_noise_false_detection_rare():
+    """0.999 Tracy-Widom margin: 30 pure-noise batches, no false detection."""
+    rng = np.random.default_rng(7)
+    n, m = 200, 150
+    A = np.zeros((n, n))
+    hits = 0
+    for _ in range(30):
+        X = rng.choice(np.array([-1, 1], dtype=np.int8), size=(m, n))
+        hits += C.novelty_assessment(A, spectrum=C.local_spectrum(X)).detected
+    assert hits == 0
+
+
+# ---------------------------------------------------------------- honest client
+def test_quality_estimate(world):
+    r_hat = C.estimate_quality(C.local_spectrum(world["honest"]))
+    # bulk variance from ~N*M entries: relative error of sigma2 << 1%
+    assert abs(r_hat - R) < 0.01
+    assert C.estimate_quality(hebbian(world["honest"]), M) == pytest.approx(r_hat, abs=1e-10)
+    assert C.estimate_quality(C.local_spectrum(world["noise"])) < 0.1
+
+
+def test_gram_path_matches_operator_path(world):
+    X = world["honest"]
+    s1 = C.local_spectrum(X)  # M < N: Gram matrix
+    s2 = C.local_spectrum(B=hebbian(X), M=M)
+    np.testing.assert_allclose(s1.values, s2.values, rtol=1e-9, atol=1e-9)
+    ov = np.abs(np.sum(s1.vectors[:, :K] * s2.vectors[:, :K], axis=0))
+    np.testing.assert_allclose(ov, 1.0, atol=1e-8)
+
+
+def test_consolidated_client_sits_at_floor(world):
+    B = hebbian(world["honest"])
+    a = C.novelty_assessment(world["A"], spectrum=C.local_spectrum(world["honest"]), w_floor=0.1)
+    assert a.detected and a.n_outliers == K
+    assert a.novelty < 0.02
+    assert 0.1 <= a.w < 0.12
+    # the paper's rule: B (M examples) agrees with A far above the one-example floor -> w = 0
+    t = C.paper_terms(world["A"], B, R)
+    assert t["p"] > (1 + R**2) / 2 and t["w"] == 0.0
+
+
+def test_shift_raises_novelty_weight(world):
+    spec = C.local_spectrum(world["shift"])
+    a = C.novelty_assessment(world["A"], spectrum=spec, w_floor=0.1)
+    assert a.detected and a.n_outliers == K + 1
+    # the new archetype holds 40% of the mixture, hence ~40% of the signal energy
+    assert 0.3 < a.novelty < 0.5
+    assert a.w > 0.1 + 0.9 * 0.3
+    # a batch made only of the new archetype: w -> 1
+    rng = np.random.default_rng(5)
+    X, _ = sample_examples(world["xi"][K:], M, R, np.ones(1), rng)
+    assert C.novelty_weight(world["A"], spectrum=C.local_spectrum(X)) > 0.95
+    # EMA: from the floor, a shift moves the smoothed weight up
+    ctrl = C.NoveltyController(w_init=0.1, alpha=0.5)
+    w0 = ctrl.update(world["A"], hebbian(world["honest"]), M)
+    w1 = ctrl.update(world["A"], hebbian(world["shift"]), M, spec)
+    assert w0 == pytest.approx(0.1, abs=0.01) and w1 > w0 + 0.1
+
+
+# ---------------------------------------------------------------- edge cases
+def test_zero_broadcast(world):
+    Z = np.zeros((N, N))
+    B = hebbian(world["honest"])
+    assert C.entropy_weight(Z, B, R) == 1.0  # every tie counts 1/2 -> p = 1/2, H = 1
+    assert C.novelty_weight(Z, spectrum=C.local_spectrum(world["honest"])) == 1.0
+    assert C.novelty_weight(Z, spectrum=C.local_spectrum(world["noise"])) == 0.0
+
+
+def test_empty_batch(world):
+    A = world["A"]
+    for ctrl in (C.PaperController(r=R), C.NoveltyController(), C.ConstantController(0.6)):
+        state = ctrl.state
+        assert ctrl.update(A, None, 0) == 0.0
+        assert ctrl.state == state
+        assert math.isnan(ctrl.last.w_raw)
+    assert C.novelty_weight(A, None, 0) == 0.0
+    with pytest.raises(ValueError, match="B is required"):
+        C.NoveltyController().update(A, None, 5)
+
+
+def test_ema_and_controller_smoothing(world):
+    assert C.ema(0.0, 1.0, 0.5) == 0.5
+    assert C.ema(0.3, 0.7, 1.0) == 0.3
+    ctrl = C.NoveltyController(alpha=0.5, w_init=1.0, w_floor=0.1)
+    B = hebbian(world["honest"])
+    spec = C.local_spectrum(world["honest"])
+    ws = [ctrl.update(world["A"], B, M, spec) for _ in range(3)]
+    raw = ctrl.last.w_raw
+    np.testing.assert_allclose(ws, [0.5 * raw + 0.5, 0.75 * raw + 0.25, 0.875 * raw + 0.125], rtol=1e-12)
+    const = C.make_controller(0.6)
+    assert const.update(world["A"], B, M) == 0.6
+
+
+def test_make_controller():
+    assert isinstance(C.make_controller("paper"), C.PaperController)
+    assert isinstance(C.make_controller("novelty", w_floor=0.2), C.NoveltyController)
+    assert isinstance(C.make_controller(0.3), C.ConstantController)
+    with pytest.raises(ValueError, match="controller must be"):
+        C.make_controller("entropy")
+
+
+# ---------------------------------------------------------------- bad inputs
+def test_bad_inputs(world):
+    A = world["A"]
+    B = hebbian(world["honest"])
+    asym = A.copy()
+    asym[0, 1] += 1.0
+    with pytest.raises(ValueError, match="A must be symmetric"):
+        C.sign_agreement(asym, B)
+    with pytest.raises(ValueError, match="A and B must have the same shape"):
+        C.sign_agreement(A, B[:10, :10])
+    with pytest.raises(TypeError, match="B must be a numpy array"):
+        C.sign_agreement(A, B.tolist())
+    nanB = B.copy()
+    nanB[0, 0] = np.nan
+    with pytest.raises(ValueError, match="B must be finite"):
+        C.entropy_weight(A, nanB, R)
+    with pytest.raises(ValueError, match="r must lie in"):
+        C.entropy_weight(A, B, 0.0)
+    with pytest.raises(ValueError, match="r must lie in"):
+        C.h_min(1.5)
+    with pytest.raises(ValueError, match="p must lie in"):
+        C.binary_entropy(1.2)
+    with pytest.raises(ValueError, match="alpha must lie in"):
+        C.ema(0.5, 0.5, 2.0)
+    with pytest.raises(ValueError, match="old must lie in"):
+        C.ema(0.5, -0.1, 0.5)
+    with pytest.raises(ValueError, match="w_floor must lie in"):
+        C.NoveltyController(w_floor=1.5)
+    with pytest.raises(ValueError, match="w_init must lie in"):
+        C.PaperController(w_init=-1.0)
+    with pytest.raises(ValueError, match="M \\(batch size\\) is required"):
+        C.local_spectrum(B=B)
+    with pytest.raises(ValueError, match="examples must contain only -1 and \\+1"):
+        C.local_spectrum(np.zeros((5, N), dtype=np.int8))
+    with pytest.raises(TypeError, match="spectrum must be a LocalSpectrum"):
+        C.novelty_assessment(A, spectrum=B)
+    with pytest.raises(ValueError, match="spectrum has N"):
+        C.novelty_assessment(np.zeros((10, 10)), spectrum=C.local_spectrum(world["honest"]))

@@ -1,0 +1,181 @@
+"""Tests of fedlam.federation: the round protocol, adversaries, drift, novelty, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fedlam import data
+from fedlam import federation as F
+
+N, M, R, L = 300, 250, 0.9, 4
+
+
+def _honest(pi: np.ndarray) -> list[F.ClientSpec]:
+    return [F.ClientSpec(r=R, M=M, mixture=pi[:, c]) for c in range(pi.shape[1])]
+
+
+@pytest.fixture(scope="module")
+def drift_run():
+    T, K = 10, 3
+    xi = data.random_archetypes(K, N, 11)
+    pi = data.sequential_drift(T, L, K)
+    return xi, pi, F.run_federation(xi, _honest(pi), T, 3, controller="novelty")
+
+
+@pytest.fixture(scope="module")
+def adversarial_runs():
+    T, K = 6, 3
+    xi = data.random_archetypes(K, N, 21)
+    pi = data.static_mixture(T, L, K)
+    specs = _honest(pi) + [F.ClientSpec(M=M, kind="noise")]
+    ours = F.run_federation(xi, specs, T, 4, controller="novelty", control_round0=True)
+    paper = F.run_federation(xi, specs, T, 4, controller="paper")
+    return ours, paper
+
+
+def test_history_shapes(drift_run):
+    xi, pi, h = drift_run
+    T, K = pi.shape[0], xi.shape[0]
+    assert h.T == T
+    for name, shape in [("k_hat", (T,)), ("n_patterns", (T,)), ("magnetization", (T, K)),
+                        ("magnetization_max", (T, K)), ("spurious", (T,)), ("weights", (T, L)),
+                        ("top_eigenvalues", (T, 10)), ("spectral_gap", (T,)),
+                        ("frobenius_error", (T,)), ("exposure", (T, K)), ("coverage", (T, K))]:
+        assert getattr(h, name).shape == shape, name
+    assert len(h.patterns) == T and all(p.dtype == np.int8 and p.shape[1] == N for p in h.patterns)
+    np.testing.assert_array_equal(h.weights[0], 1.0)  # round 0: local operators only
+    np.testing.assert_allclose(h.exposure.sum(axis=1), 1.0)
+    assert np.all(np.diff(h.top_eigenvalues, axis=1)[:, :5] <= 1e-15)  # descending
+
+
+def test_drift_present_archetypes_recovered(drift_run):
+    xi, pi, h = drift_run
+    glob = pi.mean(axis=1)
+    present = glob >= 0.15  # exposure well above the detection threshold
+    assert np.all(h.magnetization[present] > 0.95)
+    # memory: once learnt, archetypes are kept after their exposure fades
+    first = np.argmax(h.magnetization > 0.95, axis=0)
+    for mu in range(xi.shape[0]):
+        assert np.all(h.magnetization[first[mu]:, mu] > 0.9)
+    assert h.spurious.max() == 0
+    # consolidated clients relax towards the floor
+    assert np.all(h.weights[-1] < 0.2)
+
+
+def test_novelty_ramp_detects_new_archetypes():
+    T, K_old, K_new, t_start, ramp = 9, 3, 2, 4, 2
+    xi = data.random_archetypes(K_old + K_new, N, 31)
+    pi = data.novelty_ramp(T, L, K_old, K_new, t_start, ramp)
+    h = F.run_federation(xi, _honest(pi), T, 5, controller="novelty")
+    assert np.all(h.magnetization[:, :K_old] > 0.95)  # old ones never lost
+    assert np.all(h.magnetization[:t_start, K_old:] == 0.0)  # not seen, not invented
+    assert np.all(h.magnetization[t_start + ramp - 1:, K_old:] > 0.95)
+    assert np.all(h.coverage[t_start:, K_old:]) and not h.coverage[:t_start, K_old:].any()
+    # the novelty rule raises the weights when the new archetypes arrive
+    nov = h.novelty[1:].mean(axis=1)  # row 0: no controller (local operators only)
+    assert nov[t_start - 1] > 0.05 and nov[t_start - 1] > nov[t_start - 2]
+    assert np.all(h.weights[t_start] > h.weights[t_start - 1])
+
+
+def test_noise_client_weights(adversarial_runs):
+    ours, paper = adversarial_runs
+    np.testing.assert_array_equal(ours.weights[:, -1], 0.0)
+    assert ours.spurious.max() == 0 and np.all(ours.magnetization > 0.95)
+    assert np.all(ours.k_hat == 3)
+    # the paper's rule keeps trusting the noise client (w close to 1 on average)
+    assert np.mean(paper.weights[1:, -1]) > 0.5
+
+
+def test_determinism(adversarial_runs):
+    T, K = 6, 3
+    xi = data.random_archetypes(K, N, 21)
+    pi = data.static_mixture(T, L, K)
+    specs = _honest(pi) + [F.ClientSpec(M=M, kind="noise")]
+    again = F.run_federation(xi, specs, T, 4, controller="novelty", control_round0=True)
+    ours = adversarial_runs[0]
+    for f in dataclasses.fields(F.History):
+        a, b = getattr(ours, f.name), getattr(again, f.name)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=f.name)
+        elif f.name == "patterns":
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+    other = F.run_federation(xi, specs, T, 99, controller="novelty", control_round0=True)
+    assert not np.array_equal(other.top_eigenvalues, ours.top_eigenvalues)
+
+
+def test_all_noise_federation():
+    T = 4
+    xi = data.random_archetypes(3, N, 41)
+    specs = [F.ClientSpec(M=M, kind="noise") for _ in range(3)]
+    for ctrl in ("paper", "novelty"):
+        h = F.run_federation(xi, specs, T, 6, controller=ctrl)
+        np.testing.assert_array_equal(h.k_hat, 0)
+        np.testing.assert_array_equal(h.magnetization, 0.0)
+        np.testing.assert_array_equal(h.frobenius_error, 1.0)
+        assert np.all(np.isnan(h.spectral_gap))
+        np.testing.assert_array_equal(h.exposure, 0.0)
+    np.testing.assert_array_equal(h.weights[1:], 0.0)  # novelty: nothing detected -> w = 0
+
+
+def test_other_adversaries_and_empty_batches():
+    T, K = 4, 3
+    xi = data.random_archetypes(K, N, 51)
+    pi = data.static_mixture(T, 3, K)
+    M_var = np.array([M, 0, M, 0])
+    specs = [F.ClientSpec(r=R, M=M, mixture=pi[:, 0]),
+             F.ClientSpec(r=R, M=M_var, mixture=pi[:, 1]),
+             F.ClientSpec(r=R, M=M, mixture=pi[:, 2]),
+             F.ClientSpec(kind="poison", M=0),
+             F.ClientSpec(r=R, M=M, mixture=pi[:, 2], kind="flip")]
+    h = F.run_federation(xi, specs, T, 7, controller="novelty")
+    assert np.all(np.isnan(h.weights[:, 3]))  # poison does not blend
+    assert h.weights[1, 1] == 0.0 and h.weights[3, 1] == 0.0  # empty batch -> w = 0
+    assert h.T == T
+
+
+def test_client_keeps_examples_private():
+    xi = data.random_archetypes(3, N, 61)
+    spec = F.ClientSpec(r=R, M=20, mixture=data.static_mixture(2, 1, 3)[:, 0])
+    from fedlam.controller import ConstantController
+
+    c = F.Client(spec, xi, 2, ConstantController(1.0), 0)
+    c.observe(0)
+    public = {k: v for k, v in vars(c).items() if not k.startswith("_")}
+    assert not any(isinstance(v, np.ndarray) for v in public.values())
+    assert not hasattr(c, "examples") and not hasattr(c, "labels")
+    op, w = c.upload(None)
+    assert op.shape == (N, N) and w == 1.0
+    assert c.label_counts().sum() == 20
+
+
+def test_bad_inputs():
+    xi = data.random_archetypes(3, N, 71)
+    pi = data.static_mixture(4, 1, 3)[:, 0]
+    with pytest.raises(ValueError, match="kind must be one of"):
+        F.ClientSpec(r=R, mixture=pi, kind="evil")
+    with pytest.raises(ValueError, match="r is required"):
+        F.ClientSpec(mixture=pi)
+    with pytest.raises(ValueError, match="r must lie in"):
+        F.ClientSpec(r=1.5, mixture=pi)
+    with pytest.raises(ValueError, match="mixture \\(T, K\\) is required"):
+        F.ClientSpec(r=R)
+    with pytest.raises(ValueError, match="mixture must be a \\(T, K\\)"):
+        F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi[:2])], 4, 0)
+    with pytest.raises(ValueError, match="M must be an int or a \\(T,\\)"):
+        F.run_federation(xi, [F.ClientSpec(r=R, M=np.array([1, 2]), mixture=pi)], 4, 0)
+    with pytest.raises(TypeError, match="specs must be a non-empty list"):
+        F.run_federation(xi, F.ClientSpec(r=R, mixture=pi), 4, 0)
+    with pytest.raises(ValueError, match="controller must be"):
+        F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi)], 4, 0, controller="entropy")
+    with pytest.raises(ValueError, match="archetypes must contain only"):
+        F.run_federation(np.zeros((3, N), dtype=np.int8), [F.ClientSpec(r=R, mixture=pi)], 4, 0)
+    with pytest.raises(ValueError, match="controller must lie in"):
+        F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi)], 4, 0, controller=1.5)
+    with pytest.raises(ValueError, match="ema_alpha must lie in"):
+        F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi)], 4, 0, ema_alpha=-0.5)
+    with pytest.raises(TypeError, match="rng must be"):
+        F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi)], 4, "seed")

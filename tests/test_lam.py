@@ -1,0 +1,247 @@
+"""Tests of fedlam.lam: fields, dynamics, seeding, acceptance and factorize.
+
+Example kernels use N = 400, r = 0.8 and M = 2000 examples with equal exposures. The spike
+strength of archetype mu for the rescaled operator N J is kappa = N r^2 pi / (1 - r^2)
+(DESIGN.md sec. 4.1): with pi = 1/K this is kappa = 400 * 0.64 / (0.36 K) = 237 for K = 3
+and 119 for K = 6, against the BBP threshold sqrt(q) = sqrt(400/2000) = 0.45. The eigenvector
+overlap gamma = (1 - q/kappa^2)/(1 + q/kappa) is then 0.998-0.999: the spikes are strongly
+supercritical and the leading eigenvectors span the archetypes almost exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedlam import lam
+from fedlam import spectral as sp
+from fedlam.data import random_archetypes, sample_examples
+from fedlam.metrics import magnetization, spurious_count
+from fedlam.operators import hebbian
+
+N = 400
+
+
+def _case(K, seed, examples):
+    rng = np.random.default_rng(seed)
+    xi = random_archetypes(K, N, rng)
+    if not examples:
+        return xi, xi.T.astype(np.float64) @ xi / N
+    X, _ = sample_examples(xi, 2000, 0.8, np.full(K, 1.0 / K), rng)
+    return xi, hebbian(X)
+
+
+@pytest.mark.parametrize("K", [3, 6])
+@pytest.mark.parametrize("examples", [False, True], ids=["exact", "examples"])
+def test_factorize_recovers_patterns(K, examples):
+    xi, J = _case(K, 100 + K, examples)
+    res = lam.factorize(J, rng=K)
+    assert res.k_hat == K
+    assert res.patterns.shape == (K, N) and res.patterns.dtype == np.int8
+    m = magnetization(res.patterns, xi)
+    assert np.all(m > 0.95), m
+    assert spurious_count(res.patterns, xi) == 0
+    assert res.n_candidates >= K and res.attempts >= 1
+
+
+def test_no_spike_gives_empty_result():
+    rng = np.random.default_rng(4)
+    X = rng.choice(np.array([-1, 1], dtype=np.int8), size=(2000, N))
+    res = lam.factorize(hebbian(X), rng=0)
+    assert res.k_hat == 0
+    assert res.patterns.shape == (0, N) and res.patterns.dtype == np.int8
+    assert res.scores.shape == (0,) and res.n_candidates == 0
+
+
+def test_determinism():
+    xi, J = _case(6, 7, True)
+    a = lam.factorize(J, rng=11)
+    b = lam.factorize(J, rng=np.random.default_rng(11))
+    np.testing.assert_array_equal(a.patterns, b.patterns)
+    np.testing.assert_array_equal(a.scores, b.scores)
+
+
+def test_k_hat_larger_than_seeds():
+    xi, J = _case(6, 8, False)
+    res = lam.factorize(J, rng=1, n_seeds=1, layers=2, lam=0.5 - 1e-9, max_attempts=2)
+    assert res.k_hat == 6
+    assert res.n_candidates == 4  # 1 seed x 2 layers x 2 attempts
+    assert res.patterns.shape[0] <= 4 and res.patterns.shape[1] == N
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(kernel="dreamed"),
+        dict(kernel="dense", accept="score", tau=0.5),
+        dict(noise="uniform"),
+        dict(external="state"),
+        dict(k_method="tw"),
+        dict(k_method="shuffle"),
+    ],
+)
+def test_variants_on_exact_kernel(kw):
+    xi, J = _case(3, 9, False)
+    res = lam.factorize(J, rng=2, **kw)
+    assert res.k_hat == 3
+    assert np.all(magnetization(res.patterns, xi) > 0.95)
+    assert spurious_count(res.patterns, xi) == 0
+
+
+def test_paper_score_rejects_example_patterns():
+    """The paper's score with the dreamed kernel: a true pattern scores ~0.44 < tau = 0.5."""
+    xi, J = _case(3, 10, True)
+    res = lam.factorize(J, rng=0, kernel="dreamed", accept="score", max_attempts=1)
+    assert res.k_hat == 3 and res.n_accepted == 0
+    assert abs(res.dreamed[0] - 3 * res.values[0] / (1 + 2 * res.values[0])) < 1e-12
+    assert res.dreamed[2] < 0.5
+
+
+def test_factorize_literal_oracle_and_paper_failure():
+    rng = np.random.default_rng(12)
+    xi = random_archetypes(3, 100, rng)
+    Jx = xi.T.astype(np.float64) @ xi / 100
+    res = lam.factorize_literal(Jx, 0, steps=20, n_seeds=4)
+    assert res.k_hat == 3
+    # every archetype is found (U[-1, 1] noise to the end leaves a few flipped spins) ...
+    assert np.all(magnetization(res.patterns, xi) > 0.9)
+    # ... but the signed de-duplication (q >= 0.5) of Algorithm 2 can keep xi and -xi
+    # (with this seed: 4 accepted for K = 3); factorize uses |q| and a cap at K_hat
+    assert res.n_accepted >= 3
+    ours = lam.factorize(Jx, 0)
+    assert ours.n_accepted == 3 and spurious_count(ours.patterns, xi) == 0
+    # raw example kernel, K = 6, r = 0.8: signal eigenvalues ~ r^2/6 = 0.11 -> 0.26 after
+    # dreaming, below tau = 0.5: the paper's fixed threshold finds nothing
+    xi6 = random_archetypes(6, 100, rng)
+    X, _ = sample_examples(xi6, 1000, 0.8, np.full(6, 1 / 6), rng)
+    assert lam.factorize_literal(hebbian(X), 0, steps=5).k_hat == 0
+
+
+def test_lam_fields_match_naive_loops():
+    rng = np.random.default_rng(3)
+    n, S, L = 30, 2, 3
+    A = rng.standard_normal((n, n))
+    Jd = (A + A.T) / 10
+    sigma = rng.choice([-1, 1], size=(S, L, n)).astype(np.int8)
+    h = rng.choice([-1.0, 1.0], size=(S, 1, n))
+    K = lam.Kernel("dense", n, matrix=Jd)
+    got = lam.lam_fields(sigma, K, 0.3, 0.1, h)
+    for s in range(S):
+        for a in range(L):
+            sa = sigma[s, a].astype(float)
+            want = Jd @ sa + 0.1 * h[s, 0]
+            for b in range(L):
+                if b != a:
+                    sb = sigma[s, b].astype(float)
+                    want -= 0.3 / n * (Jd @ sb) * (sb @ Jd @ sa)
+            np.testing.assert_allclose(got[s, a], want, atol=1e-12)
+    # low-rank kernel equals its dense form
+    V, _ = np.linalg.qr(rng.standard_normal((n, 4)))
+    w = np.array([1.0, 0.7, 0.5, 0.2])
+    lo = lam.Kernel("dreamed", n, V=V, w=w)
+    de = lam.Kernel("dense", n, matrix=(V * w) @ V.T)
+    np.testing.assert_allclose(lam.lam_fields(sigma, lo, 0.2, 0.1, h), lam.lam_fields(sigma, de, 0.2, 0.1, h), atol=1e-12)
+
+
+def test_seed_mixtures_and_ties():
+    V = np.zeros((10, 2))
+    s = lam.seed_mixtures(V, 3, 0)
+    assert s.dtype == np.int8 and s.shape == (3, 10) and np.all(s == 1)
+    V, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((50, 3)))
+    s = lam.seed_mixtures(V, 5, 1)
+    assert set(np.unique(s)) <= {-1, 1}
+    np.testing.assert_array_equal(s, lam.seed_mixtures(V, 5, 1))
+
+
+def test_deduplicate_absolute_overlap_and_score_order():
+    rng = np.random.default_rng(0)
+    xi = random_archetypes(3, 200, rng)
+    mix = np.where(xi.sum(0) >= 0, 1, -1).astype(np.int8)  # overlaps 1/2 with each
+    cands = np.stack([mix, xi[0], -xi[0], xi[1], xi[2]])
+    scores = np.array([0.75, 1.0, 1.0, 0.99, 0.98])
+    kept = lam.deduplicate(cands, scores, 0.4)
+    np.testing.assert_array_equal(kept, [1, 3, 4])  # -xi^1 is xi^1; the mixture is dropped
+    # input order (the paper's Algorithm 2) would keep the mixture and drop all patterns
+    kept_in_order = lam.deduplicate(cands, np.zeros(5), 0.4)
+    np.testing.assert_array_equal(kept_in_order, [0])
+
+
+def test_many_component_mixture_is_redundant():
+    """A 5-mixture overlaps each component by ~0.375 (< 0.4, < the paper's 0.5): the overlap
+    test keeps it, but it adds no new direction to the accepted span."""
+    n = 3000  # large N: the overlaps concentrate at 0.375 +- 0.017
+    rng = np.random.default_rng(2)
+    xi = random_archetypes(6, n, rng)
+    V = np.linalg.qr(xi.T.astype(float))[0]  # orthonormal basis of the pattern span
+    mix5 = np.where(xi[:5].sum(0) >= 0, 1, -1).astype(np.int8)
+    cands = np.vstack([xi[:5], mix5[None], xi[5:]])
+    scores = lam.acceptance_scores(cands, vectors=V)
+    assert 0.6 < scores[5] < 0.8  # passes rho = 0.6 on its own
+    assert np.max(np.abs(cands[:5].astype(float) @ mix5) / n) < 0.45  # and the overlap test
+    kept, n_rej, n_dup, n_red, n_cap = lam._select(cands, scores, 0.6, 6, 0.45, V)
+    assert sorted(kept.tolist()) == [0, 1, 2, 3, 4, 6] and n_red == 1 and n_dup == 0
+
+
+def test_acceptance_scores():
+    rng = np.random.default_rng(1)
+    xi = random_archetypes(3, 300, rng)
+    S = sp.spectrum(xi.T.astype(float) @ xi / 300)
+    V = S.vectors[:, :3]
+    mix = np.where(xi.sum(0) >= 0, 1, -1).astype(np.int8)
+    sc = lam.acceptance_scores(np.vstack([xi, mix[None]]), vectors=V)
+    np.testing.assert_allclose(sc[:3], 1.0, atol=1e-10)
+    assert abs(sc[3] - 0.75) < 0.1
+
+
+def test_params_validation():
+    with pytest.raises(ValueError, match="lam must lie in"):
+        lam.LAMParams(lam=0.5)
+    with pytest.raises(ValueError, match="noise must be one of"):
+        lam.LAMParams(noise="gaussian")
+    with pytest.raises(ValueError, match="min_scale must be <="):
+        lam.LAMParams(noise_scale=0.1, min_scale=0.2)
+    with pytest.raises(TypeError, match="layers must be an int"):
+        lam.LAMParams(layers=2.0)
+    with pytest.raises(ValueError, match="dedup must lie"):
+        lam.LAMParams(dedup=0.0)
+    with pytest.raises(ValueError, match="k_method must be one of"):
+        lam.LAMParams(k_method="oracle")
+    p = lam.LAMParams()
+    assert p.seeds_for(3) == 8 and p.seeds_for(6) == 12
+    with pytest.raises(Exception):
+        p.lam = 0.3  # frozen
+
+
+def test_factorize_bad_inputs():
+    xi, J = _case(3, 1, False)
+    with pytest.raises(TypeError, match="unknown LAM parameter"):
+        lam.factorize(J, 0, K=3)
+    A = J.copy()
+    A[0, 1] += 0.5
+    with pytest.raises(ValueError, match="J must be symmetric"):
+        lam.factorize(A, 0)
+    B = J.copy()
+    B[1, 1] = np.inf
+    with pytest.raises(ValueError, match="J must be finite"):
+        lam.factorize(B, 0)
+    with pytest.raises(TypeError, match="J must have a float dtype"):
+        lam.factorize(np.eye(4, dtype=np.int64), 0)
+    with pytest.raises(ValueError, match="J must have N >= 2"):
+        lam.factorize(np.ones((1, 1)), 0)
+    with pytest.raises(TypeError, match="rng must be"):
+        lam.factorize(J, "seed")
+    with pytest.raises(TypeError, match="params must be a LAMParams"):
+        lam.factorize(J, 0, params={"layers": 3})
+    K3 = lam.Kernel("projector", 5, V=np.eye(5)[:, :2], w=np.ones(2))
+    with pytest.raises(ValueError, match="sigma must be 3-dimensional"):
+        lam.lam_fields(np.ones((2, 5), dtype=np.int8), K3, 0.2, 0.1, None)
+    with pytest.raises(ValueError, match="sigma must have N = 5"):
+        lam.lam_fields(np.ones((1, 2, 4), dtype=np.int8), K3, 0.2, 0.1, None)
+    with pytest.raises(TypeError, match="kernel must be a fedlam.lam.Kernel"):
+        lam.run_lam(np.ones((1, 5), dtype=np.int8), np.eye(5), lam.LAMParams(), 0)
+    with pytest.raises(ValueError, match="seeds must contain only -1 and \\+1"):
+        lam.run_lam(np.zeros((1, 5), dtype=np.int8), K3, lam.LAMParams(), 0)
+    with pytest.raises(ValueError, match="vectors must have shape"):
+        lam.seed_mixtures(np.zeros((5, 0)), 2, 0)
+    with pytest.raises(ValueError, match="candidates must contain only -1 and \\+1"):
+        lam.deduplicate(np.zeros((2, 4), dtype=np.int8), np.zeros(2), 0.4)
