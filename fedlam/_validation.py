@@ -85,13 +85,26 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
         raise ValueError(f"{name} must be a square (N, N) array, got shape {J.shape}")
     if J.shape[0] < 2:
         raise ValueError(f"{name} must have N >= 2, got shape {J.shape}")
-    if not np.all(np.isfinite(J)):
-        raise ValueError(f"{name} must be finite, found {int((~np.isfinite(J)).sum())} NaN/inf entries")
-    if symmetric:
-        scale = max(float(np.max(np.abs(J))), 1e-300)
-        asym = float(np.max(np.abs(J - J.T)))
-        if asym > atol * max(scale, 1.0):
-            raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g}")
+    # Blocked checks: never allocate an N x N temporary (a round at N = 10,000 keeps a
+    # small constant number of N x N arrays; see benchmarks/README.md).
+    n = J.shape[0]
+    block = max(1, min(n, 2**22 // n))
+    n_bad = 0
+    scale = 0.0
+    asym = 0.0
+    for start in range(0, n, block):
+        rows = J[start : start + block]
+        finite = np.isfinite(rows)
+        if not finite.all():
+            n_bad += int((~finite).sum())
+            continue
+        scale = max(scale, float(np.max(np.abs(rows))))
+        if symmetric:
+            asym = max(asym, float(np.max(np.abs(rows - J[:, start : start + block].T))))
+    if n_bad:
+        raise ValueError(f"{name} must be finite, found {n_bad} NaN/inf entries")
+    if symmetric and asym > atol * max(scale, 1.0):
+        raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g}")
     return J
 
 
