@@ -789,7 +789,7 @@ class WeightController:
     """
 
     name = "base"
-    #: whether :meth:`update` uses the client's spectrum (clients then compute it from examples)
+    #: whether :meth:`.update` uses the client's spectrum (clients then compute it from examples)
     needs_spectrum = False
 
     def __init__(self, alpha: float = 0.5, w_init: float = 1.0) -> None:

@@ -203,6 +203,14 @@ class Client:
 class Server:
     """The server: aggregates uploads, factorizes, broadcasts. Derived in {ref}`sec-protocol`.
 
+    K-hat of the aggregate: with more than one client the uploads have different noise
+    levels (an honest client at r = 0.9 has bulk variance 0.19, a noise client 1, a client
+    that uploads the broadcast none), so the bulk of the mean is the free convolution of
+    their bulks, whose edge lies above the Marchenko-Pastur edge fitted to the mean; the
+    server therefore uses ``k_method="free"`` (:func:`fedlam.spectral.k_hat_free`) on the
+    received operators unless ``lam_params`` sets ``k_method`` explicitly (e.g. ``"mp"``,
+    the single-MP rule, which over-counts such mixtures). Derived in {ref}`sec-bbp-threshold`.
+
     Parameters
     ----------
     aggregation : {"equal", "batch"} or numpy.ndarray
@@ -210,7 +218,8 @@ class Server:
         clients' batch sizes this round (equal if all are empty); or a fixed (L,) probability
         vector.
     lam_params : dict, optional
-        Keyword parameters of :func:`fedlam.lam.factorize`.
+        Keyword parameters of :func:`fedlam.lam.factorize` (``k_method`` included; when it
+        is absent, ``"free"`` for L > 1 clients and the LAM default ``"mp"`` for one).
     """
 
     def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None) -> None:
@@ -225,19 +234,54 @@ class Server:
         self.aggregation = aggregation
         self.lam_params = dict(lam_params or {})
 
+    def weights(self, L: int, batch_sizes: np.ndarray | None = None) -> np.ndarray | None:
+        """Aggregation weights (L,) of this round; None for the equal mean."""
+        if isinstance(self.aggregation, np.ndarray):
+            return check_prob_vector(self.aggregation, "aggregation", size=L)
+        if self.aggregation == "batch" and batch_sizes is not None and batch_sizes.sum() > 0:
+            return batch_sizes / batch_sizes.sum()
+        return None
+
     def aggregate(self, uploads: Sequence[np.ndarray], batch_sizes: np.ndarray | None = None) -> np.ndarray:
         """Mean (or weighted mean) of the uploaded operators."""
-        L = len(uploads)
-        if isinstance(self.aggregation, np.ndarray):
-            weights = check_prob_vector(self.aggregation, "aggregation", size=L)
-            return operators.aggregate(list(uploads), weights)
-        if self.aggregation == "batch" and batch_sizes is not None and batch_sizes.sum() > 0:
-            return operators.aggregate(list(uploads), batch_sizes / batch_sizes.sum())
-        return operators.aggregate(list(uploads))
+        return operators.aggregate(list(uploads), self.weights(len(uploads), batch_sizes))
 
-    def factorize(self, J: np.ndarray, rng: np.random.Generator) -> Any:
-        """Run :func:`fedlam.lam.factorize` on the aggregate."""
-        return lam.factorize(J, rng=rng, **self.lam_params)
+    def k_method(self, L: int) -> str:
+        """K-hat estimator used with L clients: ``lam_params["k_method"]`` if set, else
+        ``"free"`` for L > 1 and the LAM default for L = 1."""
+        if "k_method" in self.lam_params:
+            return self.lam_params["k_method"]
+        return "free" if L > 1 else lam.LAMParams().k_method
+
+    def factorize(self, J: np.ndarray, rng: np.random.Generator,
+                  uploads: Sequence[np.ndarray] | None = None,
+                  weights: np.ndarray | None = None, component_k: int = 16) -> Any:
+        """Run :func:`fedlam.lam.factorize` on the aggregate.
+
+        Parameters
+        ----------
+        J : numpy.ndarray
+            The aggregate ``sum_c w_c U_c``.
+        rng : numpy.random.Generator
+        uploads : sequence of numpy.ndarray, optional
+            The received operators ``U_c``: with ``k_method="free"`` their bulks are fitted
+            (top ``component_k`` eigenvalues each, block Krylov, plus exact traces) and set the
+            edge. Without them J is treated as a single component.
+        weights : numpy.ndarray, optional
+            ``w_c`` (None: equal).
+        component_k : int
+            Leading eigenvalues per upload; take ``>= 2 K_b + 8`` with ``K_b`` the rank of
+            the last broadcast (it is blended into every honest upload).
+        """
+        params = dict(self.lam_params)
+        L = len(uploads) if uploads is not None else 1
+        params["k_method"] = self.k_method(L)
+        if params["k_method"] == "free" and uploads is not None:
+            comps = [spectral._fit_operator(U, component_k) for U in uploads]
+            return lam.factorize(J, rng=rng, components=comps,
+                                 component_weights=weights if weights is not None else np.full(L, 1.0 / L),
+                                 **params)
+        return lam.factorize(J, rng=rng, **params)
 
     @staticmethod
     def broadcast(patterns: np.ndarray) -> np.ndarray:
@@ -425,7 +469,9 @@ def run_federation(
     controller_params : dict, optional
         Extra controller options (``w_floor``, ``r_min``, ``tw_quantile``).
     lam_params : dict, optional
-        Options of :func:`fedlam.lam.factorize`.
+        Options of :func:`fedlam.lam.factorize`. Without ``k_method`` the server uses
+        ``"free"`` (heterogeneity-aware edge over the uploads, :class:`Server`) when L > 1;
+        ``{"k_method": "mp"}`` restores the single Marchenko-Pastur rule.
     aggregation : {"equal", "batch"} or numpy.ndarray
         Server aggregation (see :class:`Server`).
     n_top : int
@@ -477,6 +523,7 @@ def run_federation(
 
     # round 0: no feedback (None), or an empty memory the controllers can judge against
     broadcast = np.zeros((N, N)) if control_round0 else None
+    k_broadcast = 0
     for t in range(T):
         uploads = []
         for c, client in enumerate(clients):
@@ -485,13 +532,18 @@ def run_federation(
             uploads.append(op)
             rec.client(t, c, client, w, controlled=broadcast is not None)
         sizes = np.array([cl.batch_size for cl in clients], dtype=np.float64)
-        J_s = server.aggregate(uploads, sizes)
-        result = server.factorize(J_s, streams[L])
-        broadcast = server.broadcast(np.asarray(result.patterns, dtype=np.int8))
+        weights = server.weights(L, sizes)
+        J_s = operators.aggregate(uploads, weights)
+        result = server.factorize(J_s, streams[L], uploads, weights,
+                                  component_k=max(16, 2 * k_broadcast + 8))
+        patterns = np.asarray(result.patterns, dtype=np.int8)
+        k_broadcast = patterns.shape[0]
+        broadcast = server.broadcast(patterns)
         rec.server(t, result, J_s, broadcast, clients)
 
     params = {"ema_alpha": ema_alpha, "w_init": w_init, "known_r": known_r,
               "controller_params": cp, "lam_params": dict(lam_params or {}),
+              "k_method": server.k_method(L),
               "aggregation": aggregation if isinstance(aggregation, str) else "fixed",
               "control_round0": control_round0, "N": N, "K": K, "L": L, "T": T}
     return rec.history(tuple(s.kind for s in specs), str(controller), params)

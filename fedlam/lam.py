@@ -28,7 +28,7 @@ Derived in {ref}`sec-lam-fields`, {ref}`sec-lam-seeding` and {ref}`sec-lam-accep
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -104,8 +104,10 @@ class LAMParams:
         Kernel of the fields (see the module docstring).
     dream_time : float
         Flow time of the dreaming (paper: eps = 0.01 x 200 steps = 2).
-    k_method : {"mp", "tw", "shuffle", "fixed"}
-        K-hat estimator (:func:`fedlam.spectral.estimate_k`).
+    k_method : {"mp", "tw", "shuffle", "fixed", "free"}
+        K-hat estimator (:func:`fedlam.spectral.estimate_k`). ``"free"`` is the
+        heterogeneity-aware edge of an aggregate of client operators
+        (:func:`fedlam.spectral.k_hat_free`; pass ``components`` to :func:`factorize`).
     tau : float
         Threshold of ``k_method="fixed"`` and of ``accept="score"`` (paper: 0.5).
     n_seeds : int or None
@@ -524,19 +526,21 @@ class FactorizeResult:
         return int(self.patterns.shape[0])
 
 
-def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator) -> tuple[_sp.Spectrum, _sp.KHatResult]:
+def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
+                     kw: dict | None = None) -> tuple[_sp.Spectrum, _sp.KHatResult]:
     N = J.shape[0]
+    kw = kw or {}
     if p.kernel == "dense" or p.k_method == "shuffle":
         spec = _sp._eig_full(J)
         if p.k_method == "shuffle":
             kres = _sp.estimate_k(J, "shuffle", rng=rng, spectrum=spec)
         else:
-            kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau)
+            kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         return spec, kres
     m = min(N, 16)
     while True:
         spec = _sp._eig_top(J, m)
-        kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau)
+        kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         # grow the partial spectrum while the count could be limited by its length
         if m == N or kres.k_hat < m - 8:
             return spec, kres
@@ -596,6 +600,8 @@ def factorize(
     *,
     params: LAMParams | None = None,
     spectrum: _sp.Spectrum | None = None,
+    components: Sequence[Any] | None = None,
+    component_weights: np.ndarray | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
     """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> seeds -> LAM -> accept.
@@ -613,6 +619,13 @@ def factorize(
     spectrum : Spectrum or None
         A spectrum of ``J`` to reuse (complete, or partial from
         :func:`fedlam.spectral.top_spectrum` with enough eigenpairs for the detection).
+    components : sequence or None
+        Only with ``k_method="free"``: the summands ``J_c`` of ``J = sum_c w_c J_c`` ((N, N)
+        operators or :class:`fedlam.spectral.BulkComponent` from
+        :func:`fedlam.spectral.fit_component`), whose different bulks set the edge
+        (:func:`fedlam.spectral.k_hat_free`). None: ``J`` is its own single component.
+    component_weights : numpy.ndarray or None
+        The weights ``w_c`` (None: equal, ``1/L``).
 
     Returns
     -------
@@ -630,6 +643,18 @@ def factorize(
     p = _make_params(params, overrides)
     gen = np.random.default_rng() if rng is None else as_rng(rng)
     N = J.shape[0]
+    kw: dict = {}
+    if components is not None or component_weights is not None:
+        if p.k_method != "free":
+            raise ValueError(f"components and component_weights need k_method='free', got k_method={p.k_method!r}")
+        if components is None:
+            raise ValueError("component_weights given without components")
+        if isinstance(components, (np.ndarray, _sp.Spectrum)) or not isinstance(components, Sequence):
+            raise TypeError(f"components must be a list of (N, N) operators or BulkComponent, "
+                            f"got {type(components).__name__}")
+        # fit the components once (the partial spectrum of J may be grown below)
+        comps = [c if isinstance(c, _sp.BulkComponent) else _sp.fit_component(c) for c in components]
+        kw = {"components": comps, "weights": component_weights}
     if spectrum is not None:
         if not isinstance(spectrum, _sp.Spectrum):
             raise TypeError(f"spectrum must be a Spectrum or None, got {type(spectrum).__name__}")
@@ -641,9 +666,9 @@ def factorize(
         if p.k_method == "shuffle":
             kres = _sp.estimate_k(J, "shuffle", rng=gen, spectrum=spec if spec.complete else None)
         else:
-            kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau)
+            kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
     else:
-        spec, kres = _server_spectrum(J, p, gen)
+        spec, kres = _server_spectrum(J, p, gen, kw)
     k_hat = int(min(kres.k_hat, len(spec)))
     dreamed = _sp.dream_eigenvalues(spec.values, p.dream_time)
     V = spec.vectors[:, :k_hat]

@@ -23,6 +23,13 @@ pattern operators). Everything the pipeline needs from ``J`` is spectral:
   Tracy-Widom, a corrected shuffle null). The paper's fixed ``tau = 0.5`` on the dreamed
   spectrum is kept as ``method="fixed"`` to show that it detects nothing on raw example
   kernels. Derived in {ref}`sec-mp`, {ref}`sec-bbp-threshold`.
+* **Aggregates of clients with different noise levels** (honest clients with bulk
+  variance ``1 - r^2``, a pure-noise client with 1, clients that upload the broadcast with
+  none) do not have an MP bulk: the bulk of the mean is the *free convolution* of the
+  clients' scaled MP laws (:func:`free_mp_edge`), whose edge lies above the edge of the
+  MP law with the same mean and variance. :func:`k_hat_free` fits each client operator's
+  bulk (:func:`fit_component`) and counts the aggregate's eigenvalues above that edge;
+  the server uses it by default with more than one client.
 
 Conventions: eigenvalues are float64 in *descending* order, eigenvectors are the matching
 columns of an (N, k) array.
@@ -32,10 +39,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.linalg
+import scipy.optimize
 import scipy.sparse.linalg
 
 from fedlam._validation import (
@@ -60,12 +68,17 @@ __all__ = [
     "k_hat_mp",
     "k_hat_shuffle",
     "k_hat_tw",
+    "free_mp_edge",
+    "free_mp_tw_scale",
+    "BulkComponent",
+    "fit_component",
+    "k_hat_free",
     "estimate_k",
     "spectral_gap",
     "K_METHODS",
 ]
 
-K_METHODS = ("mp", "fixed", "shuffle", "tw")
+K_METHODS = ("mp", "fixed", "shuffle", "tw", "free")
 
 #: eigenvalues below ``ZERO_RTOL * max(|lam|)`` are treated as exact zeros (rank deficiency).
 ZERO_RTOL = 1e-8
@@ -541,6 +554,19 @@ def k_hat_mp(
     )
 
 
+def _johnstone_float(n: int, M: float) -> tuple[float, float]:
+    """Johnstone's centring and scaling (``"half"`` variant of
+    :func:`fedlam.rmt.johnstone_center_scale`) at a real-valued sample size ``M >= 2``.
+
+    The formulas are smooth in ``M``; an *effective* sample size estimated from the bulk
+    (``N / q_hat``, e.g. 7.11) is used as it is instead of being rounded to an int.
+    """
+    M = max(2.0, M)
+    m, nn = M - 0.5, n - 0.5
+    a = math.sqrt(m) + math.sqrt(nn)
+    return a * a / M, a * (1.0 / math.sqrt(m) + 1.0 / math.sqrt(nn)) ** (1.0 / 3.0) / M
+
+
 def k_hat_tw(
     values: Any,
     N: int | None = None,
@@ -565,7 +591,10 @@ def k_hat_tw(
     N : int or None
         Dimension (defaults to the spectrum's).
     M_eff : float or None
-        Effective number of examples; None estimates it.
+        Effective number of examples, a real number > 0 (not necessarily an integer: after
+        aggregation or blending it is an effective sample size); None estimates it as
+        ``N / q_hat``. Johnstone's centring and scaling are evaluated at this real value
+        (values below 2 are raised to 2).
     alpha : float
         Test level in (0, 1).
     max_k : int or None
@@ -594,7 +623,7 @@ def k_hat_tw(
         if not np.isfinite(Mi) or Mi > 1e12:
             cut[i] = 1.0  # no bulk spread: the noise is a multiple of the identity (or zero)
         else:
-            mu, s = rmt.johnstone_center_scale(spec.n, max(2, int(round(float(Mi)))))
+            mu, s = _johnstone_float(spec.n, float(Mi))
             cut[i] = mu + s * x
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
     thr = np.maximum(m * cut, floor)
@@ -769,6 +798,393 @@ def k_hat_shuffle(
     )
 
 
+# ----------------------------------------------------------------------------------------
+# heterogeneous bulks: the free additive convolution of scaled Marchenko-Pastur laws
+def _check_component_arrays(scales: Any, ratios: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``scales`` (real: 0 = no bulk, < 0 = a negated component) and ``ratios`` (> 0), same length."""
+    out = []
+    for x, name in ((scales, "scales"), (ratios, "ratios")):
+        if isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a real number or a 1-D float array, got bool {x!r}")
+        if isinstance(x, (int, float, np.integer, np.floating)):
+            arr = np.array([float(x)])
+        elif isinstance(x, np.ndarray):
+            if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+                raise TypeError(f"{name} must have a real dtype, got dtype {x.dtype}")
+            if x.ndim != 1 or x.size == 0:
+                raise ValueError(f"{name} must be a non-empty 1-D array, got shape {x.shape}")
+            arr = x.astype(np.float64)
+        else:
+            raise TypeError(f"{name} must be a real number or a 1-D float array, got {type(x).__name__}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be finite")
+        out.append(arr)
+    a, q = out
+    if a.shape != q.shape:
+        raise ValueError(f"scales and ratios must have the same length, got {a.size} and {q.size}")
+    if np.any(q <= 0):
+        raise ValueError(f"ratios must be > 0, got min {float(q.min())!r}")
+    return a, q
+
+
+def _free_edge(a: np.ndarray, q: np.ndarray) -> tuple[float, float, float]:
+    """Right edge ``x(G*)``, the critical point ``G*`` and the curvature ``x''(G*)``.
+
+    ``x(G) = 1/G + sum_c a_c / (1 - a_c q_c G)``; ``G*`` is the first zero of ``x'`` on
+    ``(0, 1 / max(a_c q_c))`` (unique when every ``a_c > 0``; a negative component, e.g. a
+    negated upload, makes ``x'`` non-monotone, hence the scan for the first sign change).
+    Components with ``a_c = 0`` have no bulk and are ignored. Without any positive component the
+    bulk lies in ``(-inf, 0]`` and the edge returned is 0 (``G*``, curvature NaN).
+    """
+    keep = a != 0
+    a, q = a[keep], q[keep]
+    b = a * q
+    if not np.any(b > 0):
+        return 0.0, float("nan"), float("nan")
+    gmax = 1.0 / float(b.max())
+    c = a * a * q
+
+    def d1(G: Any) -> Any:
+        G = np.asarray(G, dtype=np.float64)
+        return -1.0 / (G * G) + np.sum(c / (1.0 - np.multiply.outer(G, b)) ** 2, axis=-1)
+
+    t = np.concatenate([np.geomspace(1e-12, 0.5, 160), 1.0 - np.geomspace(0.5, 1e-12, 160)[1:]])
+    d = d1(gmax * t)
+    i = int(np.argmax(d >= 0))  # d[0] < 0 (the 1/G^2 term dominates), d[-1] > 0 (the pole)
+    G = float(scipy.optimize.brentq(lambda g: float(d1(g)), gmax * t[i - 1], gmax * t[i],
+                                    xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=200))
+    x = 1.0 / G + float(np.sum(a / (1.0 - b * G)))
+    x2 = 2.0 / G**3 + float(np.sum(2.0 * c * b / (1.0 - b * G) ** 3))
+    return x, G, x2
+
+
+def free_mp_edge(scales: Any, ratios: Any) -> float:
+    """Right edge of the free additive convolution of scaled Marchenko-Pastur laws.
+
+    Component ``c`` is the law of ``a_c W_c`` with ``W_c`` a white Wishart matrix of aspect
+    ratio ``q_c`` (``M_c`` samples in dimension N, ``q_c = N / M_c``): mean ``a_c``,
+    variance ``a_c^2 q_c``. The sum of independent, rotation-invariant such matrices (the
+    server's aggregate of client operators built from independent batches) has, as
+    ``N -> inf``, the free convolution of the component laws as its spectrum, whose right
+    edge this returns. One component gives ``a (1 + sqrt q)^2``, the MP edge of
+    :func:`fedlam.rmt.mp_edges`. Derived in {ref}`sec-mp` and {ref}`sec-bbp-threshold`.
+
+    Parameters
+    ----------
+    scales : float or numpy.ndarray
+        ``a_c``: the bulk scale of component ``c`` *as it enters the sum* (the aggregation
+        weight included), e.g. ``w_c sigma_c^2`` for ``w_c N J_c`` with bulk variance
+        ``sigma_c^2``. Zero means no bulk (ignored); a negative value is a negated component.
+    ratios : float or numpy.ndarray
+        ``q_c > 0``, same length.
+
+    Returns
+    -------
+    float
+        The right edge (0 when no component has a positive scale).
+
+    Notes
+    -----
+    A scaled MP law is a *free Poisson* law: its R-transform (the free analogue of the
+    cumulant generating function, additive under free convolution) is
+    ``R_c(z) = (1/q_c) (a_c q_c) / (1 - a_c q_c z) = a_c / (1 - a_c q_c z)``: rate ``1/q_c``,
+    jump ``a_c q_c``. Its expansion ``a_c + a_c^2 q_c z + ...`` gives the first two free
+    cumulants, mean ``a_c`` and variance ``a_c^2 q_c``, the moments of the MP law. For
+    the sum, ``R = sum_c R_c``. The Cauchy transform ``G(x) = mean of 1/(x - lambda)`` is, for
+    ``x`` right of the spectrum, real and decreasing from ``+inf`` to 0, and it is the
+    functional inverse of ``x(G) = 1/G + R(G)``. So ``x(G)`` decreases from ``+inf`` as ``G``
+    grows from 0 until the spectrum is reached, where the inverse stops being single-valued:
+    the edge is ``x(G*)`` at the first critical point ``x'(G*) = 0`` (the minimum of ``x`` on
+    ``(0, 1 / max_c a_c q_c)`` when all ``a_c > 0``). For one component, ``x' = 0`` at
+    ``G* = 1 / (a sqrt q (1 + sqrt q))`` and ``x(G*) = a (1 + sqrt q)^2``.
+
+    Why it matters: a mixture of clients with bulk variances 0.19 and 1 is *not* an MP law
+    with the mixture's mean and variance (moment matching). Its density has a longer right
+    tail and its edge lies above the moment-matched edge ``m (1 + sqrt(v / m^2))^2``, which
+    therefore counts bulk eigenvalues as spikes.
+    """
+    a, q = _check_component_arrays(scales, ratios)
+    return _free_edge(a, q)[0]
+
+
+def free_mp_tw_scale(scales: Any, ratios: Any, N: int) -> float:
+    """Tracy-Widom scale of the largest bulk eigenvalue at the edge of :func:`free_mp_edge`.
+
+    Near a soft edge ``E`` the density is ``rho(x) ~ (C / pi) sqrt(E - x)`` with
+    ``C = sqrt(2 / x''(G*))`` (expand ``x(G)`` to second order around ``G*``); matching it to
+    the GOE edge gives fluctuations of the largest of N eigenvalues of order
+    ``s = (C N)^{-2/3}``, i.e. ``lambda_max ~ E + s TW1``. For one component this is
+    Johnstone's scale ``a (1 + sqrt q)(1/sqrt M + 1/sqrt N)^{1/3} / sqrt M`` up to
+    ``O(1/N)`` corrections (:func:`fedlam.rmt.johnstone_center_scale`).
+    Derived in {ref}`sec-bbp-threshold`.
+
+    Parameters
+    ----------
+    scales, ratios : float or numpy.ndarray
+        See :func:`free_mp_edge`.
+    N : int
+        Dimension (number of eigenvalues), >= 2.
+
+    Returns
+    -------
+    float
+        ``s`` in the units of the eigenvalues (0 when there is no positive bulk).
+    """
+    a, q = _check_component_arrays(scales, ratios)
+    N = check_positive_int(N, "N", minimum=2)
+    _, _, x2 = _free_edge(a, q)
+    if not np.isfinite(x2):
+        return 0.0
+    return float((math.sqrt(2.0 / x2) * N) ** (-2.0 / 3.0))
+
+
+@dataclass(frozen=True)
+class BulkComponent:
+    """Bulk statistics of one summand of an aggregate (from :func:`fit_component`).
+
+    Attributes
+    ----------
+    mean : float
+        Mean of the bulk eigenvalues of the component operator (its top outliers removed,
+        zeros included), signed: negative for a negated operator; 0 when it has no bulk
+        (an exactly low-rank operator such as a broadcast ``xi^T xi / N``).
+    q : float
+        Effective aspect ratio ``variance / mean^2`` of that bulk (0 without bulk).
+    n_outliers : int
+        Eigenvalues removed as outliers (above the component's own MP edge).
+    trace : float
+        ``tr J_c`` (signed), used to check that the weights reproduce the aggregate.
+    n : int
+        Dimension N.
+    """
+
+    mean: float
+    q: float
+    n_outliers: int
+    trace: float
+    n: int
+
+
+def _top_values_spectrum(X: np.ndarray, k: int, steps: int = 2) -> Spectrum:
+    """Approximate top-``k`` eigenvalues (no vectors) with exact trace and sum_sq, for bulk statistics.
+
+    ``N >= 200`` and ``4 k <= N``: block Krylov Rayleigh-Ritz, the span of
+    ``[B, X B, ..., X^steps B]`` for a fixed random (N, k) start block ``B`` (seed 0), i.e.
+    ``steps + 1`` products with k columns plus one with ``(steps + 1) k`` columns (BLAS-3,
+    the matrix is read a handful of times; a few ms at N = 1000). The Ritz values lie below
+    the true eigenvalues (Cauchy interlacing); outliers well above the bulk converge to
+    ~1e-10 relative in two steps, values inside the bulk stay ~10 % low, which only makes
+    the outlier test of the component conservative. An operator of rank ``<= k`` is
+    captured exactly. Otherwise: ``eigh`` with ``subset_by_index`` (exact).
+    """
+    N = X.shape[0]
+    k = min(k, N)
+    if N >= 200 and 4 * k <= N:
+        B = np.linalg.qr(np.random.default_rng(0).standard_normal((N, k)))[0]
+        blocks = [B]
+        for _ in range(steps):
+            B = np.linalg.qr(X @ B)[0]
+            blocks.append(B)
+        Q = np.linalg.qr(np.hstack(blocks))[0]
+        T = Q.T @ (X @ Q)
+        w = scipy.linalg.eigvalsh(0.5 * (T + T.T), check_finite=False)[::-1][:k]
+    else:
+        w = scipy.linalg.eigh(X, subset_by_index=[N - k, N - 1], eigvals_only=True, driver="evr",
+                              check_finite=False)[::-1]
+    return Spectrum(values=np.ascontiguousarray(w, dtype=np.float64), vectors=np.empty((N, 0)), n=N,
+                    trace=float(np.trace(X)), sum_sq=float(np.einsum("ij,ij->", X, X)))
+
+
+def fit_component(J_c: Any, k: int = 16, n_sigma: float = 4.0) -> BulkComponent:
+    """Bulk mean and effective aspect ratio of one operator, its outliers removed.
+
+    The top ``k`` eigenvalues (block Krylov, three passes over the matrix, see the Notes)
+    plus the exact ``tr J_c`` and ``||J_c||_F^2`` give the mean and variance of the
+    remaining eigenvalues;
+    the outliers are those of :func:`k_hat_mp` (the component's own MP edge with its
+    Tracy-Widom margin, scanning every ``k``). ``k`` is raised (x4) while the count could be
+    limited by it. A negated operator (negative trace, e.g. a ``"flip"`` client) is fitted
+    on ``-J_c`` and returned with a negative mean. Derived in {ref}`sec-mp`.
+
+    Parameters
+    ----------
+    J_c : numpy.ndarray or Spectrum
+        float (N, N) symmetric operator, or a (partial) Spectrum of a positive one.
+    k : int
+        Leading eigenvalues computed (default 16; take at least ``2 K + 8`` when the
+        operator contains ``K`` known spikes, e.g. a blended broadcast of rank ``K``).
+    n_sigma : float
+        Margin of the outlier test (see :func:`k_hat_mp`).
+
+    Returns
+    -------
+    BulkComponent
+
+    Notes
+    -----
+    For ``N >= 200`` the top eigenvalues come from a two-step block Krylov Rayleigh-Ritz
+    with block size ``k`` (cost ``~5 k N^2`` flops, about 9 ms at N = 1000, k = 16, against
+    ~0.14 s for a full ``eigh``). Outliers well above the bulk are exact to ~1e-10; Ritz values
+    inside the bulk are low by ~10 %, so they are never taken for outliers. An outlier barely
+    above the edge may be missed and left in the bulk, which raises the fitted variance
+    slightly (a conservative edge).
+    """
+    k = check_positive_int(k, "k")
+    if isinstance(J_c, BulkComponent):
+        return J_c
+    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
+    if isinstance(J_c, np.ndarray) and J_c.ndim == 2:
+        check_operator(J_c, "J_c")
+        return _fit_operator(J_c, k, n_sigma)
+    spec = _as_spectrum(J_c, "J_c")
+    if spec.trace < 0:
+        raise ValueError(
+            f"J_c must have a non-negative trace when given as a spectrum, got {spec.trace!r}; "
+            "pass the operator itself (a negated operator is fitted on -J_c)"
+        )
+    res = k_hat_mp(spec, n_sigma=n_sigma)
+    return BulkComponent(mean=res.sigma2 / spec.n, q=float(res.q), n_outliers=int(res.k_hat),
+                         trace=spec.trace, n=spec.n)
+
+
+def _fit_operator(J_c: np.ndarray, k: int = 16, n_sigma: float = 4.0) -> BulkComponent:
+    """:func:`fit_component` of an operator without argument checks (for validated callers)."""
+    N = J_c.shape[0]
+    tr = float(np.trace(J_c))
+    sign = -1.0 if tr < 0 else 1.0
+    X = J_c if sign > 0 else -J_c
+    kk = min(k, N)
+    while True:
+        spec = _top_values_spectrum(X, kk)
+        res = k_hat_mp(spec, n_sigma=n_sigma)
+        if kk >= N or res.k_hat < kk - 8:
+            break
+        kk = min(N, 4 * kk)
+    return BulkComponent(mean=sign * res.sigma2 / N, q=float(res.q), n_outliers=int(res.k_hat),
+                         trace=tr, n=N)
+
+
+def k_hat_free(
+    values: Any,
+    components: Sequence[Any] | None = None,
+    weights: Any = None,
+    margin: float | None = None,
+    max_k: int | None = None,
+    n_sigma: float = 4.0,
+    component_k: int = 16,
+) -> KHatResult:
+    """K-hat for an aggregate of operators with different noise levels (heterogeneity-aware edge).
+
+    The server's ``J = sum_c w_c J_c`` mixes clients whose bulks differ (an honest client at
+    ``r = 0.9`` has bulk variance 0.19, a pure-noise client 1). The bulk of ``J`` is then the
+    *free convolution* of the clients' scaled MP bulks, not an MP law: its edge
+    (:func:`free_mp_edge`) lies above the edge of the moment-matched MP law used by
+    :func:`k_hat_mp`, which therefore reads the top of the bulk as spikes (4 honest
+    ``r = 0.9`` clients and one noise client, N = 400, M = 300 each: ``k_hat_mp`` gives
+    K-hat = 4-6 on pure noise). Here each component's bulk mean and aspect ratio are
+    fitted with its own outliers removed (:func:`fit_component`: top-``component_k``
+    Lanczos plus exact trace and Frobenius norm); ``K_hat`` is the number of eigenvalues of
+    ``J`` above ``edge (1 + margin)`` with the Tracy-Widom margin of
+    :func:`free_mp_tw_scale`. Components without bulk (an upload equal to the broadcast,
+    ``w = 0``; a poison client's rank-one operator) drop out. With a single component this
+    is :func:`k_hat_mp` with the bulk fitted once. Derived in {ref}`sec-bbp-threshold`.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or Spectrum
+        The aggregate ``J`` (N, N), its (partial) Spectrum, or its eigenvalues.
+    components : sequence or None
+        The summands ``J_c``: (N, N) operators, Spectra or :class:`BulkComponent`
+        (precomputed with :func:`fit_component`). None: ``J`` itself is the only component
+        (then ``values`` must be the operator or a Spectrum).
+    weights : numpy.ndarray or None
+        ``w_c >= 0`` with ``J = sum_c w_c J_c``; None means ``1/L`` (the equal mean).
+        Checked against the traces (ValueError if ``sum_c w_c tr J_c != tr J``).
+    margin : float or None
+        Relative margin above the edge; None: ``n_sigma`` Tracy-Widom scales at the edge.
+    max_k : int or None
+        Largest K considered (default ``N // 4``).
+    n_sigma : float
+        Width of the automatic margin (default 4, as in :func:`k_hat_mp`); also used in the
+        component fits.
+    component_k : int
+        Leading eigenvalues computed per component operator (see :func:`fit_component`).
+
+    Returns
+    -------
+    KHatResult
+        ``sigma2`` is ``N sum_c w_c mean_c`` (bulk mean of ``N J``), ``q`` the moment-matched
+        ratio of the aggregate bulk; ``details`` holds ``edge``, ``edge_mp`` (the
+        moment-matched MP edge, for comparison), ``margin``, ``tw_scale``, the per-component
+        ``scales``, ``ratios`` and ``n_outliers``.
+    """
+    spec = _as_spectrum(values, "values")
+    N = spec.n
+    if margin is not None:
+        margin = check_in_range(margin, "margin", 0.0, None)
+    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
+    component_k = check_positive_int(component_k, "component_k")
+    if components is None:
+        components = [spec]
+    if isinstance(components, (np.ndarray, Spectrum)) or not isinstance(components, Sequence) or not components:
+        raise TypeError(
+            f"components must be a non-empty list of (N, N) operators, Spectra or BulkComponent, "
+            f"got {type(components).__name__}"
+        )
+    fits = []
+    for i, c in enumerate(components):
+        if not isinstance(c, (np.ndarray, Spectrum, BulkComponent)):
+            raise TypeError(f"components[{i}] must be an (N, N) operator, a Spectrum or a BulkComponent, "
+                            f"got {type(c).__name__}")
+        f = fit_component(c, component_k, n_sigma)
+        if f.n != N:
+            raise ValueError(f"components[{i}] must have dimension N = {N}, got {f.n}")
+        fits.append(f)
+    L = len(fits)
+    if weights is None:
+        w = np.full(L, 1.0 / L)
+    else:
+        if not isinstance(weights, np.ndarray) or weights.ndim != 1 or weights.shape[0] != L:
+            raise ValueError(f"weights must be a 1-D array of length {L}, got "
+                             f"{weights.shape if isinstance(weights, np.ndarray) else type(weights).__name__}")
+        if not np.issubdtype(weights.dtype, np.floating) and not np.issubdtype(weights.dtype, np.integer):
+            raise TypeError(f"weights must be real, got dtype {weights.dtype}")
+        w = weights.astype(np.float64)
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("weights must be finite and >= 0")
+    tr_c = np.array([f.trace for f in fits])
+    scale_tr = float(np.sum(np.abs(w * tr_c))) + abs(spec.trace) + 1e-300
+    if abs(float(w @ tr_c) - spec.trace) > 1e-6 * scale_tr:
+        raise ValueError(
+            f"weights must reproduce the aggregate: sum_c w_c tr J_c = {float(w @ tr_c):.6g} "
+            f"but tr J = {spec.trace:.6g}"
+        )
+    a = w * np.array([f.mean for f in fits])
+    # q = 0 with a non-zero mean is a bulk without spread (a multiple of the identity): a shift
+    q = np.maximum(np.array([f.q for f in fits]), 1e-12)
+    edge, _, x2 = _free_edge(a, q)
+    s = float((math.sqrt(2.0 / x2) * N) ** (-2.0 / 3.0)) if np.isfinite(x2) else 0.0
+    rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
+    floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
+    thr = max(edge * (1.0 + rel), floor)
+    kmax = min(_default_kmax(N, max_k), N - 1, len(spec))
+    k = int(np.sum(spec.values[:kmax] > thr))
+    m_tot = float(a.sum())
+    v_tot = float(np.sum(a * a * q))
+    q_eff = v_tot / (m_tot * m_tot) if m_tot > 0 else 0.0
+    edge_mp = m_tot * (1.0 + math.sqrt(q_eff)) ** 2 if m_tot > 0 else 0.0
+    return KHatResult(
+        k_hat=k,
+        threshold=float(thr),
+        sigma2=float(m_tot * N),
+        q=float(q_eff),
+        method="free",
+        details={"edge": float(edge), "edge_mp": float(edge_mp), "margin": float(rel), "tw_scale": s,
+                 "scales": a, "ratios": q, "n_outliers": np.array([f.n_outliers for f in fits]),
+                 "max_k": kmax},
+    )
+
+
 def estimate_k(
     J_or_spectrum: Any,
     method: str = "mp",
@@ -784,16 +1200,20 @@ def estimate_k(
     ----------
     J_or_spectrum : numpy.ndarray or Spectrum
         The raw server operator ``J`` (N, N), or its Spectrum (not for ``"shuffle"``).
-    method : {"mp", "fixed", "shuffle", "tw"}
+    method : {"mp", "fixed", "shuffle", "tw", "free"}
         ``"mp"`` (default): :func:`k_hat_mp`; ``"tw"``: :func:`k_hat_tw`; ``"shuffle"``:
         :func:`k_hat_shuffle` (needs ``J`` and ``rng``); ``"fixed"``: the paper's
-        :func:`k_hat_fixed` on the spectrum dreamed for ``dream_time``.
+        :func:`k_hat_fixed` on the spectrum dreamed for ``dream_time``; ``"free"``:
+        :func:`k_hat_free`, the heterogeneity-aware edge of an aggregate (pass
+        ``components=`` the summands and optionally ``weights=``; without them ``J`` is its
+        own single component).
     rng : Generator, int or None
         Only for ``"shuffle"``.
     dream_time, tau : float
         Only for ``"fixed"``.
     **kw
-        Passed to the estimator (e.g. ``margin``, ``q``, ``alpha``, ``n_null``).
+        Passed to the estimator (e.g. ``margin``, ``q``, ``alpha``, ``n_null``,
+        ``components``, ``weights``).
 
     Derived in {ref}`sec-bbp-threshold`.
     """
@@ -809,6 +1229,8 @@ def estimate_k(
         return k_hat_mp(spec, **kw)
     if method == "tw":
         return k_hat_tw(spec, **kw)
+    if method == "free":
+        return k_hat_free(spec, **kw)
     if kw:
         raise TypeError(f"method='fixed' takes no extra arguments, got {sorted(kw)}")
     return k_hat_fixed(dream_eigenvalues(spec.values, dream_time), tau)

@@ -89,6 +89,49 @@ def test_noise_client_weights(adversarial_runs):
     assert np.mean(paper.weights[1:, -1]) > 0.5
 
 
+def test_mixed_noise_levels_no_spurious(adversarial_runs):
+    """A noise client the paper's rule keeps (w ~ 0.9) mixes a bulk of variance 1 with the honest
+    0.19: the server's heterogeneity-aware edge (default k_method "free") still gives K_hat = 3
+    and no spurious pattern, where the single-MP rule over-counts (K_hat 5-14 at N = 400)."""
+    ours, paper = adversarial_runs
+    assert paper.params["k_method"] == "free"
+    np.testing.assert_array_equal(paper.k_hat, 3)
+    assert paper.spurious.max() == 0 and np.all(paper.magnetization > 0.95)
+    T, K = 6, 3
+    xi = data.random_archetypes(K, N, 21)
+    pi = data.static_mixture(T, L, K)
+    specs = _honest(pi) + [F.ClientSpec(M=M, kind="noise")]
+    old = F.run_federation(xi, specs, T, 4, controller="paper", lam_params={"k_method": "mp"})
+    assert old.params["k_method"] == "mp"
+    assert old.k_hat.max() > 3 and old.spurious.max() > 0
+
+
+def test_server_k_method_resolution():
+    assert F.Server().k_method(5) == "free" and F.Server().k_method(1) == "mp"
+    assert F.Server(lam_params={"k_method": "mp"}).k_method(5) == "mp"
+    s = F.Server("batch")
+    np.testing.assert_allclose(s.weights(2, np.array([100.0, 300.0])), [0.25, 0.75])
+    assert s.weights(2, np.zeros(2)) is None and F.Server().weights(3) is None
+
+
+def test_server_factorize_free_over_uploads():
+    from fedlam import lam, operators
+
+    rng = np.random.default_rng(3)
+    xi = data.random_archetypes(3, N, rng)
+    ups = [operators.hebbian(data.sample_examples(xi, M, R, np.full(3, 1 / 3), rng)[0]) for _ in range(4)]
+    ups.append(operators.hebbian(rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, N))))
+    ups.append(operators.pattern_operator(xi[:1]))  # a client uploading a rank-one broadcast
+    server = F.Server()
+    J = server.aggregate(ups)
+    res = server.factorize(J, np.random.default_rng(0), ups)
+    assert res.k_result.method == "free" and res.k_hat == 3 and res.patterns.shape == (3, N)
+    assert np.all(np.sort(np.abs(res.patterns.astype(float) @ xi.T / N).max(axis=1)) > 0.95)
+    assert F.Server(lam_params={"k_method": "mp"}).factorize(J, np.random.default_rng(0), ups).k_result.method == "mp"
+    with pytest.raises(ValueError, match="need k_method='free'"):
+        lam.factorize(J, rng=0, components=ups)
+
+
 def test_determinism(adversarial_runs):
     T, K = 6, 3
     xi = data.random_archetypes(K, N, 21)
