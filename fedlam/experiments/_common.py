@@ -1,0 +1,258 @@
+"""Shared plumbing of the experiment modules: field checks, presets, JSON summaries.
+
+Nothing here computes anything scientific; it keeps the six experiment modules short and makes
+them behave the same way (one frozen parameters dataclass per experiment, validated before any
+work, ``PRESETS = {"book": ..., "paper": ...}``, a pure ``run(params, rng)`` and a result object
+with a JSON-serialisable ``to_dict()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from fedlam._validation import (
+    check_choice,
+    check_in_range,
+    check_nonneg_int,
+    check_positive_int,
+    check_quality,
+)
+
+__all__ = [
+    "check_int_tuple",
+    "check_float_tuple",
+    "check_mixture_tuple",
+    "check_bool",
+    "make_params",
+    "jsonable",
+    "write_json",
+    "mean_std",
+    "check_positive_int",
+    "check_nonneg_int",
+    "check_in_range",
+    "check_quality",
+    "check_choice",
+]
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"array of dtype {x.dtype} and shape {x.shape}"
+    return f"{type(x).__name__} {x!r}"[:120]
+
+
+def check_bool(x: Any, name: str) -> bool:
+    """Check a genuine ``bool`` (not an int, not a string)."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {_describe(x)}")
+    return bool(x)
+
+
+def check_int_tuple(x: Any, name: str, minimum: int = 1, nonempty: bool = True) -> tuple[int, ...]:
+    """Check a tuple of ints, each >= ``minimum``; lists are rejected (parameters are frozen)."""
+    if not isinstance(x, tuple):
+        raise TypeError(f"{name} must be a tuple of ints, got {_describe(x)}")
+    if nonempty and len(x) == 0:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(check_positive_int(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(x))
+
+
+def check_float_tuple(
+    x: Any, name: str, low: float | None = None, high: float | None = None,
+    low_open: bool = False, nonempty: bool = True,
+) -> tuple[float, ...]:
+    """Check a tuple of real numbers in an interval."""
+    if not isinstance(x, tuple):
+        raise TypeError(f"{name} must be a tuple of real numbers, got {_describe(x)}")
+    if nonempty and len(x) == 0:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(
+        check_in_range(v, f"{name}[{i}]", low, high, low_open=low_open) for i, v in enumerate(x)
+    )
+
+
+def check_mixture_tuple(x: Any, name: str, atol: float = 1e-9) -> tuple[float, ...]:
+    """Check a tuple of non-negative weights summing to 1."""
+    vals = check_float_tuple(x, name, 0.0, 1.0)
+    s = math.fsum(vals)
+    if abs(s - 1.0) > atol:
+        raise ValueError(f"{name} must sum to 1, got sum {s!r}")
+    return vals
+
+
+def make_params(cls: type, presets: Mapping[str, Any], preset: str = "book", **overrides: Any) -> Any:
+    """Build a parameters object from a named preset plus field overrides.
+
+    ``None`` overrides are ignored, so a notebook's ``parameters`` cell can hold ``None`` for
+    "keep the preset's value" and papermill can inject real values. Unknown field names raise a
+    :class:`TypeError` naming them; bad values raise from the dataclass validation.
+    """
+    check_choice(preset, "preset", tuple(presets))
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(
+            f"unknown parameter(s) {unknown} for {cls.__name__}; valid fields: {sorted(names)}"
+        )
+    base = presets[preset]
+    changes = {}
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if isinstance(v, list):  # papermill/JSON cannot carry tuples
+            v = tuple(tuple(e) if isinstance(e, list) else e for e in v)
+        changes[k] = v
+    return dataclasses.replace(base, **changes)
+
+
+def jsonable(x: Any) -> Any:
+    """Convert numpy scalars/arrays, tuples and dataclasses into JSON-ready Python objects.
+
+    Non-finite floats become ``None`` (JSON has no NaN).
+    """
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        v = float(x)
+        return v if math.isfinite(v) else None
+    if x is None or isinstance(x, str):
+        return x
+    return str(x)
+
+
+def write_json(obj: Any, path: str | Path) -> Path:
+    """Write ``jsonable(obj)`` to ``path`` (parents created), sorted keys, 2-space indent."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(jsonable(obj), indent=2, sort_keys=True) + "\n")
+    return p
+
+
+def mean_std(x: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and population standard deviation over ``axis`` (the seeds axis by convention)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x.mean(axis=axis), x.std(axis=axis)
+
+
+def seed_pairs(rng: Any, n: int) -> list[tuple[int, int]]:
+    """``n`` pairs of independent int seeds (archetypes, federation) drawn from ``rng``.
+
+    Every condition of an experiment (controller, attack, ...) within seed ``s`` reuses the same
+    pair, so conditions are compared on the same archetypes and the same client data streams.
+    """
+    from fedlam._validation import as_rng
+
+    gen = as_rng(rng)
+    raw = gen.integers(0, 2**62, size=(n, 2))
+    return [(int(a), int(b)) for a, b in raw]
+
+
+def check_controllers(x: Any, name: str = "controllers") -> tuple:
+    """A non-empty tuple of controllers: ``"paper"``, ``"novelty"`` or a float weight in [0, 1]."""
+    if not isinstance(x, tuple) or len(x) == 0:
+        raise TypeError(f"{name} must be a non-empty tuple of 'paper', 'novelty' or floats in [0, 1], "
+                        f"got {_describe(x)}")
+    for i, c in enumerate(x):
+        if isinstance(c, str):
+            check_choice(c, f"{name}[{i}]", ("paper", "novelty"))
+        else:
+            check_in_range(c, f"{name}[{i}]", 0.0, 1.0)
+    if len(set(x)) != len(x):
+        raise ValueError(f"{name} must not repeat entries, got {x!r}")
+    return x
+
+
+def controller_label(c: Any) -> str:
+    """Human-readable name of a controller entry."""
+    if c == "paper":
+        return "paper's entropy rule"
+    if c == "novelty":
+        return "our novelty rule"
+    return f"w = {float(c):g}"
+
+
+def check_lam_params(x: Any, name: str = "lam_params") -> dict | None:
+    """``None`` or a dict of :class:`fedlam.lam.LAMParams` overrides (validated now)."""
+    if x is None:
+        return None
+    if not isinstance(x, dict):
+        raise TypeError(f"{name} must be None or a dict of LAMParams fields, got {_describe(x)}")
+    from fedlam.lam import LAMParams
+
+    names = {f.name for f in dataclasses.fields(LAMParams)}
+    unknown = sorted(set(x) - names)
+    if unknown:
+        raise TypeError(f"{name} has unknown LAMParams field(s) {unknown}")
+    LAMParams(**x)  # validates the values
+    return x
+
+
+def markdown_table(rows: list, header: tuple = ("quantity", "paper reports", "we measure",
+                                                 "why they differ")) -> str:
+    """A Markdown table (for the notebooks' paper-versus-measurement comparisons).
+
+    ``|`` inside cells is escaped.
+    """
+    def cell(x: Any) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "|" + "---|" * len(header)]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"each row must have {len(header)} cells, got {len(row)}: {row!r}")
+        lines.append("| " + " | ".join(cell(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+class Table:
+    """A small table that displays as HTML in the book and in Jupyter, and as Markdown text.
+
+    Jupyter Book renders ``text/markdown`` outputs as CommonMark, which has no tables, so the
+    notebooks display this object: its ``text/html`` representation is what the book shows,
+    ``text/markdown``/``text/plain`` carry the same content as a Markdown table.
+    """
+
+    def __init__(self, rows: list, header: tuple = ("quantity", "paper reports", "we measure",
+                                                     "why they differ")) -> None:
+        self.header = tuple(str(h) for h in header)
+        self.rows = [tuple(str(c) for c in r) for r in rows]
+        self._md = markdown_table(self.rows, self.header)  # validates row lengths
+
+    def _repr_markdown_(self) -> str:
+        return self._md
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows
+        )
+        return (f'<table class="fedlam-comparison"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        return self._md
+
+
+def comparison_table(rows: list, header: tuple | None = None) -> Table:
+    """The notebooks' paper-versus-measurement table (see :class:`Table`)."""
+    return Table(rows) if header is None else Table(rows, header)

@@ -1,0 +1,283 @@
+"""Regenerate every experiment of the book: ``python -m fedlam.reproduce``.
+
+Runs the experiment notebooks (``book/experiments/*.ipynb``) through papermill with the chosen
+preset injected into their ``parameters`` cell, in parallel worker processes, with a progress bar,
+and writes under ``--out DIR``::
+
+    DIR/summary.json                 what ran, preset, per-notebook status and wall time
+    DIR/<name>/<name>.ipynb          the executed notebook
+    DIR/<name>/*.png, *.pdf          every figure the notebook draws
+    DIR/<name>/results.json          the machine-readable summary of the run (``to_dict()``)
+
+Usage::
+
+    python -m fedlam.reproduce [--preset book|paper] [--only NAME ...] [--jobs N] [--out DIR]
+                               [--param FIELD=VALUE ...] [--notebooks DIR]
+
+Every argument is checked before any notebook starts. The experiments are described in
+{ref}`sec-exp-bbp` to {ref}`sec-exp-baselines`.
+
+The notebooks call :func:`save_figure` and :func:`save_results` from this module; both do nothing
+when ``out_dir`` is ``None`` (the book build), so the committed notebooks write no files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = [
+    "NOTEBOOKS",
+    "PRESET_NAMES",
+    "default_notebook_dir",
+    "parse_args",
+    "resolve_names",
+    "run_notebook",
+    "main",
+    "save_figure",
+    "save_results",
+]
+
+#: notebook stem -> experiment module (under fedlam.experiments) whose parameters it accepts
+NOTEBOOKS: dict[str, str] = {
+    "bbp_panel": "bbp",
+    "adversarial": "adversarial",
+    "drift": "drift",
+    "novelty": "novelty",
+    "structured": "structured",
+    "baselines": "baselines",
+}
+ALIASES: dict[str, str] = {"bbp": "bbp_panel"}
+PRESET_NAMES: tuple[str, ...] = ("book", "paper")
+
+
+def save_figure(fig: Any, out_dir: str | os.PathLike | None, name: str) -> None:
+    """Save ``fig`` as ``out_dir/name.png`` and ``out_dir/name.pdf``; no-op if ``out_dir`` is None.
+
+    Uses :func:`fedlam.plotting.save_figure` (white background, no timestamps in the PDF).
+    """
+    if out_dir is None:
+        return
+    from fedlam.plotting import save_figure as _save
+
+    _save(fig, Path(out_dir) / name, formats=("png", "pdf"))
+
+
+def save_results(obj: Any, out_dir: str | os.PathLike | None, name: str = "results") -> None:
+    """Write ``obj`` (a result object with ``to_dict()`` or any JSON-able value) to JSON."""
+    if out_dir is None:
+        return
+    from fedlam.experiments._common import write_json
+
+    payload = obj.to_dict() if hasattr(obj, "to_dict") else obj
+    write_json(payload, Path(out_dir) / f"{name}.json")
+
+
+def default_notebook_dir() -> Path:
+    """``book/experiments`` of the source checkout this package was imported from."""
+    return Path(__file__).resolve().parent.parent / "book" / "experiments"
+
+
+def resolve_names(only: Sequence[str] | None) -> list[str]:
+    """Map ``--only`` names (notebook stems or aliases) to notebook stems, in canonical order."""
+    if not only:
+        return list(NOTEBOOKS)
+    wanted = []
+    for n in only:
+        stem = ALIASES.get(n, n)
+        if stem not in NOTEBOOKS:
+            raise ValueError(
+                f"--only: unknown experiment {n!r}; choose from {sorted(NOTEBOOKS) + sorted(ALIASES)}"
+            )
+        wanted.append(stem)
+    return [n for n in NOTEBOOKS if n in wanted]
+
+
+def _parse_param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ValueError(f"--param must look like FIELD=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key.isidentifier():
+        raise ValueError(f"--param field name must be an identifier, got {key!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fedlam.reproduce",
+        description="Re-run the fedlam experiment notebooks with papermill and collect figures "
+        "(PNG, PDF), executed notebooks and JSON results.",
+    )
+    p.add_argument("--preset", default="book", help="book (small, the book's) or paper (paper scale)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=f"subset of {', '.join(NOTEBOOKS)}")
+    p.add_argument("--jobs", default="1", help="parallel notebooks (worker processes), >= 1")
+    p.add_argument("--out", default="reproduce_out", help="output directory (created)")
+    p.add_argument("--param", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a parameter in every selected notebook (VALUE parsed as JSON)")
+    p.add_argument("--notebooks", default=None, help="directory holding the experiment notebooks")
+    p.add_argument("--timeout", default="3600", help="per-cell timeout in seconds")
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated reproduction plan (everything checked, nothing run yet)."""
+
+    preset: str
+    names: tuple[str, ...]
+    jobs: int
+    out: Path
+    notebook_dir: Path
+    overrides: tuple[tuple[str, Any], ...]
+    timeout: int
+
+
+def _positive_int_arg(text: str, name: str) -> int:
+    try:
+        v = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v}")
+    return v
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Plan:
+    """Parse and validate the command line. Raises :class:`ValueError` on any bad argument."""
+    ns = _build_parser().parse_args(argv)
+    if ns.preset not in PRESET_NAMES:
+        raise ValueError(f"--preset must be one of {PRESET_NAMES}, got {ns.preset!r}")
+    names = resolve_names(ns.only)
+    jobs = _positive_int_arg(ns.jobs, "--jobs")
+    timeout = _positive_int_arg(ns.timeout, "--timeout")
+    out = Path(ns.out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out must be a directory, {str(out)!r} is an existing file")
+    nb_dir = Path(ns.notebooks).resolve() if ns.notebooks else default_notebook_dir()
+    missing = [n for n in names if not (nb_dir / f"{n}.ipynb").is_file()]
+    if missing:
+        raise ValueError(
+            f"notebooks not found in {str(nb_dir)!r}: {missing} (pass --notebooks DIR pointing at "
+            "book/experiments of a source checkout)"
+        )
+    overrides = tuple(_parse_param(t) for t in ns.param)
+    plan = Plan(ns.preset, tuple(names), jobs, out, nb_dir, overrides, timeout)
+    _check_overrides(plan)
+    return plan
+
+
+def _check_overrides(plan: Plan) -> None:
+    """Build every selected experiment's parameters now, so bad values fail before any work."""
+    for name in plan.names:
+        mod = importlib.import_module(f"fedlam.experiments.{NOTEBOOKS[name]}")
+        kwargs = dict(plan.overrides)
+        try:
+            mod.make_params(plan.preset, **kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--param for notebook {name!r}: {exc}") from None
+
+
+def run_notebook(
+    name: str, notebook_dir: str, out: str, preset: str, overrides: dict, timeout: int
+) -> dict:
+    """Execute one notebook with papermill; returns a status record (never raises)."""
+    import papermill as pm
+
+    src = Path(notebook_dir) / f"{name}.ipynb"
+    dest_dir = Path(out) / name
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    params = {"preset": preset, "out_dir": str(dest_dir), **overrides}
+    t0 = time.perf_counter()
+    record: dict[str, Any] = {"name": name, "output": str(dest_dir / f"{name}.ipynb")}
+    try:
+        pm.execute_notebook(
+            str(src), str(dest_dir / f"{name}.ipynb"), parameters=params,
+            progress_bar=False, log_output=False, execution_timeout=timeout, cwd=str(src.parent),
+        )
+        record["status"] = "ok"
+    except Exception as exc:  # reported in summary.json and on stderr
+        record["status"] = "failed"
+        record["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    record["seconds"] = round(time.perf_counter() - t0, 1)
+    record["figures"] = sorted(p.name for p in dest_dir.glob("*.png"))
+    return record
+
+
+def _configure_env(jobs: int) -> None:
+    """Static widgets, and one BLAS thread per notebook unless the caller set otherwise.
+
+    The experiments work on small matrices (N <= 1000); on a shared machine one OpenBLAS thread
+    per kernel is faster than several competing ones (see benchmarks/README.md). ``jobs`` is
+    accepted for symmetry: parallelism comes from running ``jobs`` notebooks at once.
+    """
+    os.environ["FEDLAM_WIDGETS"] = "static"
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit code (0 when every notebook ran)."""
+    try:
+        plan = parse_args(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import papermill  # noqa: F401
+        from tqdm.auto import tqdm
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        print(f"error: {exc}; install the book extras: pip install -e '.[book]'", file=sys.stderr)
+        return 2
+    _configure_env(plan.jobs)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    records: list[dict] = []
+    args = [(n, str(plan.notebook_dir), str(plan.out), plan.preset, dict(plan.overrides), plan.timeout)
+            for n in plan.names]
+    with tqdm(total=len(args), desc=f"notebooks ({plan.preset})", unit="nb") as bar:
+        if plan.jobs == 1:
+            for a in args:
+                records.append(run_notebook(*a))
+                bar.set_postfix_str(f"{a[0]} {records[-1]['status']}")
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=plan.jobs) as pool:
+                futs = {pool.submit(run_notebook, *a): a[0] for a in args}
+                for fut in as_completed(futs):
+                    records.append(fut.result())
+                    bar.set_postfix_str(f"{futs[fut]} {records[-1]['status']}")
+                    bar.update(1)
+    order = {n: i for i, n in enumerate(plan.names)}
+    records.sort(key=lambda r: order[r["name"]])
+    summary = {
+        "preset": plan.preset,
+        "jobs": plan.jobs,
+        "overrides": dict(plan.overrides),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "notebooks": records,
+    }
+    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    failed = [r for r in records if r["status"] != "ok"]
+    for r in records:
+        print(f"{r['name']:12s} {r['status']:7s} {r['seconds']:8.1f} s  -> {r['output']}")
+    print(f"total {summary['total_seconds']:.1f} s; summary in {plan.out / 'summary.json'}")
+    for r in failed:
+        print(f"FAILED {r['name']}: {r['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Tests of fedlam.experiments: parameter validation, presets, determinism and shapes of run()."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from fedlam.experiments import adversarial, baselines, bbp, drift, novelty, structured
+from fedlam.experiments._common import jsonable, make_params, markdown_table
+
+MODULES = [bbp, adversarial, drift, novelty, structured, baselines]
+
+TINY = {
+    bbp: dict(N=40, Ms=(40, 80), seeds=2, pi=(0.6, 0.3, 0.1), n_top=5, r=0.5),
+    drift: dict(N=40, T=4, M=30, seeds=1, controllers=(0.0, "novelty")),
+    novelty: dict(N=40, T=5, t_intro=2, ramp=2, M=30, K_old=2, K_new=1, seeds=1, controllers=("novelty",)),
+    adversarial: dict(N=40, M=40, T=3, n_good=2, attacks=("noise", "poison"), controllers=("paper",), seeds=1),
+    structured: dict(rs=(0.8,), decorrelated=(False,), T=2, M_total=60, seeds=1),
+    baselines: dict(scenarios=("drift",), N=40, T=4, M=30, seeds=1),
+}
+
+
+def _params_cls(mod):
+    return type(mod.PRESETS["book"])
+
+
+@pytest.mark.parametrize("mod", MODULES, ids=lambda m: m.__name__.split(".")[-1])
+def test_presets_are_valid_and_distinct(mod):
+    assert set(mod.PRESETS) == {"book", "paper"}
+    cls = _params_cls(mod)
+    for p in mod.PRESETS.values():
+        assert isinstance(p, cls)
+        dataclasses.replace(p)  # re-validates
+    assert mod.PRESETS["book"] != mod.PRESETS["paper"]
+    assert mod.make_params("paper") == mod.PRESETS["paper"]
+
+
+@pytest.mark.parametrize("mod", MODULES, ids=lambda m: m.__name__.split(".")[-1])
+def test_make_params_overrides_and_rejects(mod):
+    p = mod.make_params("book", seeds=4)
+    assert p.seeds == 4
+    assert mod.make_params("book", seeds=None) == mod.PRESETS["book"]
+    with pytest.raises(TypeError, match="not_a_field"):
+        mod.make_params("book", not_a_field=1)
+    with pytest.raises(ValueError, match="preset"):
+        mod.make_params("huge")
+    with pytest.raises(ValueError, match="seeds"):
+        mod.make_params("book", seeds=0)
+    with pytest.raises(TypeError, match="seeds"):
+        mod.make_params("book", seeds=2.5)
+
+
+@pytest.mark.parametrize(
+    "cls, field, value, exc",
+    [
+        (bbp.BBPParams, "r", 1.0, ValueError),
+        (bbp.BBPParams, "pi", (0.5, 0.6), ValueError),
+        (bbp.BBPParams, "Ms", [400], TypeError),
+        (bbp.BBPParams, "N", 5, ValueError),
+        (drift.DriftParams, "controllers", ("paper", "magic"), ValueError),
+        (drift.DriftParams, "controllers", (1.5,), ValueError),
+        (drift.DriftParams, "known_r", 1, TypeError),
+        (drift.DriftParams, "r", 0.0, ValueError),
+        (novelty.NoveltyParams, "t_intro", 99, ValueError),
+        (novelty.NoveltyParams, "ramp", 0, ValueError),
+        (adversarial.AdversarialParams, "attacks", ("noise", "virus"), ValueError),
+        (adversarial.AdversarialParams, "r_good", 2.0, ValueError),
+        (structured.StructuredParams, "rs", (0.6, 1.2), ValueError),
+        (structured.StructuredParams, "decorrelated", (0,), TypeError),
+        (structured.StructuredParams, "method", "median", ValueError),
+        (baselines.BaselinesParams, "methods", ("federated", "ensemble"), ValueError),
+        (baselines.BaselinesParams, "scenarios", ("drift", "drift"), ValueError),
+    ],
+)
+def test_bad_fields_named(cls, field, value, exc):
+    with pytest.raises(exc, match=field):
+        cls(**{field: value})
+
+
+def test_make_params_turns_lists_into_tuples():
+    p = make_params(bbp.BBPParams, bbp.PRESETS, "book", Ms=[100, 200])
+    assert p.Ms == (100, 200)
+
+
+@pytest.mark.parametrize("mod", MODULES, ids=lambda m: m.__name__.split(".")[-1])
+def test_run_rejects_wrong_params_type(mod):
+    with pytest.raises(TypeError, match="params"):
+        mod.run(object(), 0)
+
+
+@pytest.mark.parametrize("mod", MODULES, ids=lambda m: m.__name__.split(".")[-1])
+def test_run_tiny_is_deterministic_and_serialisable(mod):
+    p = _params_cls(mod)(**TINY[mod])
+    a = mod.run(p, 3)
+    b = mod.run(p, np.random.default_rng(3))
+    da, db = a.to_dict(), b.to_dict()
+    assert da == db
+    json.dumps(da, allow_nan=False)  # strictly JSON (NaN -> null)
+    json.dumps(jsonable(a.summary), allow_nan=False)
+
+
+def test_bbp_shapes_and_theory():
+    p = bbp.BBPParams(**TINY[bbp])
+    res = bbp.run(p, 0)
+    S, nM, K = p.seeds, len(p.Ms), p.K
+    assert res.top_values.shape == (S, nM, p.n_top)
+    assert res.overlap.shape == res.subspace_overlap.shape == res.attributed_values.shape == (S, nM, K)
+    assert res.n_detected.shape == (S, nM)
+    assert np.all(np.diff(res.top_values, axis=2) <= 1e-12)
+    assert np.all((res.overlap >= 0) & (res.overlap <= 1 + 1e-12))
+    # theory is NaN exactly where the spike is subcritical
+    assert np.array_equal(np.isnan(res.lambda_theory), ~res.supercritical)
+    np.testing.assert_allclose(res.kappa, p.N * p.r**2 * np.array(p.pi) / (1 - p.r**2))
+
+
+def test_r_squared():
+    x = np.array([1.0, 2.0, 3.0])
+    assert bbp.r_squared(x, x) == 1.0
+    assert bbp.r_squared(x, x + 1) < 1.0
+    assert np.isnan(bbp.r_squared(np.array([1.0]), np.array([1.0])))
+
+
+def test_drift_shapes():
+    p = drift.DriftParams(**TINY[drift])
+    res = drift.run(p, 0)
+    C = len(p.controllers)
+    assert res.magnetization.shape == (p.seeds, C, p.T, p.K)
+    assert res.weights.shape == (p.seeds, C, p.T, p.L)
+    assert res.pi.shape == (p.T, p.K)
+    np.testing.assert_allclose(res.pi.sum(axis=1), 1.0)
+    # the constant controller really is constant after round 0
+    np.testing.assert_allclose(res.weights[:, 0, 1:], 0.0)
+
+
+def test_novelty_shapes_and_latency_helper():
+    p = novelty.NoveltyParams(**TINY[novelty])
+    res = novelty.run(p, 0)
+    assert res.magnetization.shape == (p.seeds, 1, p.T, p.K)
+    assert res.gap_old.shape == res.k_hat.shape == (p.seeds, 1, p.T)
+    assert res.latency_k.shape == (p.seeds, 1)
+    assert novelty.first_round(np.array([False, True, False, True]), 2) == 1.0
+    assert np.isnan(novelty.first_round(np.array([True, False]), 1))
+
+
+def test_adversarial_shapes_and_fake_pattern():
+    from fedlam import controller as ctl
+    from fedlam import data, federation
+
+    p = adversarial.AdversarialParams(**TINY[adversarial])
+    res = adversarial.run(p, 0)
+    assert res.weights.shape == (p.seeds, 2, 1, p.T, p.L)
+    assert np.isnan(res.fake_overlap[:, 0]).all()  # noise: no fake pattern
+    assert np.isfinite(res.fake_overlap[:, 1]).all()
+    # poison_pattern reproduces the fake pattern the federation gives its poison client
+    seed, L, N, T = 123, 3, 30, 2
+    xi = data.random_archetypes(2, N, 0)
+    streams = np.random.default_rng(seed).spawn(L + 1)
+    client = federation.Client(federation.ClientSpec(kind="poison", M=5), xi, T,
+                               ctl.make_controller("paper"), streams[L - 1])
+    op, _ = client.upload(None)
+    fake = adversarial.poison_pattern(seed, L, L - 1, N)
+    np.testing.assert_allclose(op, fake.T.astype(float) @ fake.astype(float) / N)
+
+
+def test_structured_shapes():
+    p = structured.StructuredParams(**TINY[structured])
+    res = structured.run(p, 0)
+    assert res.archetypes.shape == (1, 3, 784)
+    assert res.magnetization.shape == (1, 1, 1, p.T, 3)
+    assert res.reconstructions.shape == (1, 1, 3, 784)
+    assert res.examples.shape == (1, 3, 784)
+    assert set(np.unique(res.reconstructions)) <= {-1, 0, 1}
+    assert p.M == 10  # ceil(60 / (3 * 2))
+
+
+def test_baselines_shapes_and_loop_matches_federation():
+    from fedlam import data, federation, lam
+
+    p = baselines.BaselinesParams(**TINY[baselines])
+    res = baselines.run(p, 0)
+    assert res.magnetization["drift"].shape == (p.seeds, 4, p.T, p.K)
+    xi = data.random_archetypes(3, 60, 0)
+    sched = data.sequential_drift(4, 2, 3)
+    specs = [federation.ClientSpec(r=0.8, M=50, mixture=sched[:, c]) for c in range(2)]
+    ref = federation.run_federation(xi, specs, 4, 7, controller="novelty").magnetization
+    mine = baselines.federate_with(xi, specs, 4, 7, "novelty", lambda J, g: lam.factorize(J, rng=g).patterns)
+    np.testing.assert_array_equal(ref, mine)
+
+
+def test_spectral_patterns_recovers_a_single_spike():
+    from fedlam import data, operators
+
+    xi = data.random_archetypes(1, 80, 1)
+    ex, _ = data.sample_examples(xi, 400, 0.9, np.array([1.0]), 2)
+    pats = baselines.spectral_patterns(operators.hebbian(ex))
+    assert pats.shape == (1, 80)
+    assert abs(float(pats[0].astype(float) @ xi[0].astype(float))) / 80 > 0.95
+
+
+def test_markdown_table():
+    t = markdown_table([("a|b", "1", "2", "3")])
+    assert "a\\|b" in t and t.count("\n") == 2
+    with pytest.raises(ValueError, match="cells"):
+        markdown_table([("only", "three", "cells")])
+
+
+def test_comparison_table_html_and_markdown():
+    from fedlam.experiments._common import comparison_table
+
+    t = comparison_table([("κ <b>", "1", "2", "3")])
+    html = t._repr_html_()
+    assert html.count("<tr>") == 2 and "&lt;b&gt;" in html
+    assert t._repr_markdown_() == repr(t) and "| κ <b> |" in repr(t)
+    t2 = comparison_table([("a", "b")], header=("x", "y"))
+    assert "<th>x</th>" in t2._repr_html_()

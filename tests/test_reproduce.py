@@ -1,0 +1,84 @@
+"""Tests of ``python -m fedlam.reproduce``: argument validation and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedlam import reproduce
+
+
+def test_resolve_names():
+    assert reproduce.resolve_names(None) == list(reproduce.NOTEBOOKS)
+    assert reproduce.resolve_names(["drift", "bbp"]) == ["bbp_panel", "drift"]
+    with pytest.raises(ValueError, match="unknown experiment 'nope'"):
+        reproduce.resolve_names(["nope"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--preset", "huge"], "--preset"),
+        (["--only", "nothing"], "unknown experiment"),
+        (["--jobs", "0"], "--jobs"),
+        (["--jobs", "two"], "--jobs"),
+        (["--timeout", "-1"], "--timeout"),
+        (["--only", "bbp", "--param", "seeds"], "FIELD=VALUE"),
+        (["--only", "bbp", "--param", "seeds=0"], "seeds"),
+        (["--only", "bbp", "--param", "bogus=1"], "bogus"),
+        (["--only", "bbp", "--notebooks", "/nonexistent/dir"], "notebooks not found"),
+    ],
+)
+def test_parse_args_rejects(argv, message):
+    with pytest.raises(ValueError, match=message):
+        reproduce.parse_args(argv)
+
+
+def test_out_must_not_be_a_file(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="--out"):
+        reproduce.parse_args(["--out", str(f)])
+
+
+def test_main_returns_2_before_any_work(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert reproduce.main(["--only", "drift", "--jobs", "0", "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "error: --jobs" in capsys.readouterr().err
+
+
+def test_parse_args_defaults(tmp_path):
+    plan = reproduce.parse_args(["--out", str(tmp_path), "--param", "seeds=3"])
+    assert plan.preset == "book" and plan.jobs == 1
+    assert plan.names == tuple(reproduce.NOTEBOOKS)
+    assert dict(plan.overrides) == {"seeds": 3}
+
+
+def test_save_helpers_are_noops_without_out_dir(tmp_path):
+    reproduce.save_results({"a": 1}, None)
+    reproduce.save_results({"a": 1}, tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
+
+
+@pytest.mark.slow
+def test_end_to_end_tiny_bbp(tmp_path):
+    """One notebook through papermill at a tiny size: executed notebook, figures and JSON written."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fedlam.reproduce", "--only", "bbp", "--out", str(out),
+           "--param", "seeds=1", "--param", "N=60", "--param", "Ms=[60, 120]"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preset"] == "book"
+    [rec] = summary["notebooks"]
+    assert rec["status"] == "ok"
+    nb_dir = out / "bbp_panel"
+    assert (nb_dir / "bbp_panel.ipynb").is_file()
+    results = json.loads((nb_dir / "results.json").read_text())
+    assert results["params"]["N"] == 60 and results["params"]["Ms"] == [60, 120]
+    for stem in ("bbp_panel_A", "bbp_panel_B", "bbp_panel_C"):
+        assert (nb_dir / f"{stem}.png").is_file() and (nb_dir / f"{stem}.pdf").is_file()
