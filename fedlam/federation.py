@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -443,6 +443,7 @@ def run_federation(
     aggregation: str | np.ndarray = "equal",
     n_top: int = 10,
     control_round0: bool = False,
+    reconstruct: Callable[[Any], np.ndarray] | None = None,
 ) -> History:
     """Run T rounds of the federated protocol and record everything per round.
 
@@ -481,6 +482,12 @@ def run_federation(
         True: round 0 runs the controllers against the zero broadcast (nothing in memory),
         so a rule that rejects noise can keep a noise client out of round 0 as well
         (with ``A = 0`` both rules give honest clients ``w = 1``, as in the paper).
+    reconstruct : callable, optional
+        Replaces the LAM stage for baselines: ``reconstruct(result) -> patterns`` receives
+        the round's :class:`fedlam.lam.FactorizeResult` (spectrum, K-hat, detected
+        eigenvectors) and returns the (K', N) +-1 patterns to broadcast. Everything else
+        (clients, streams, aggregation, K-hat) is unchanged, so a comparison isolates the
+        reconstruction step. Default: the LAM's accepted patterns.
 
     Returns
     -------
@@ -505,6 +512,8 @@ def run_federation(
         raise TypeError(f"controller must be 'paper', 'novelty' or a float, got {_describe(controller)}")
     ema_alpha = check_in_range(ema_alpha, "ema_alpha", 0.0, 1.0)
     w_init = check_in_range(w_init, "w_init", 0.0, 1.0)
+    if reconstruct is not None and not callable(reconstruct):
+        raise TypeError(f"reconstruct must be callable or None, got {_describe(reconstruct)}")
     if controller_params is not None and not isinstance(controller_params, dict):
         raise TypeError(f"controller_params must be a dict, got {_describe(controller_params)}")
     gen = as_rng(rng)
@@ -536,7 +545,12 @@ def run_federation(
         J_s = operators.aggregate(uploads, weights)
         result = server.factorize(J_s, streams[L], uploads, weights,
                                   component_k=max(16, 2 * k_broadcast + 8))
-        patterns = np.asarray(result.patterns, dtype=np.int8)
+        patterns = np.asarray(result.patterns if reconstruct is None else reconstruct(result),
+                              dtype=np.int8)
+        if reconstruct is not None:
+            check_pm1(patterns, "reconstruct(result)", ndim=2, allow_empty=True)
+            if patterns.shape[1:] != (N,):
+                raise ValueError(f"reconstruct(result) must return (K', {N}) patterns, got shape {patterns.shape}")
         k_broadcast = patterns.shape[0]
         broadcast = server.broadcast(patterns)
         rec.server(t, result, J_s, broadcast, clients)

@@ -185,9 +185,16 @@ def test_baselines_shapes_and_loop_matches_federation():
     xi = data.random_archetypes(3, 60, 0)
     sched = data.sequential_drift(4, 2, 3)
     specs = [federation.ClientSpec(r=0.8, M=50, mixture=sched[:, c]) for c in range(2)]
-    ref = federation.run_federation(xi, specs, 4, 7, controller="novelty").magnetization
-    mine = baselines.federate_with(xi, specs, 4, 7, "novelty", lambda J, g: lam.factorize(J, rng=g).patterns)
-    np.testing.assert_array_equal(ref, mine)
+    ref = federation.run_federation(xi, specs, 4, 7, controller="novelty")
+    # the hook returning the LAM's own patterns reproduces the default run exactly
+    same = federation.run_federation(xi, specs, 4, 7, controller="novelty", reconstruct=lambda res: res.patterns)
+    np.testing.assert_array_equal(ref.magnetization, same.magnetization)
+    # the spectral-only stage broadcasts exactly K-hat signed eigenvectors
+    spec_only = federation.run_federation(xi, specs, 4, 7, controller="novelty",
+                                          reconstruct=baselines.signed_eigenvectors)
+    assert all(p.shape == (k, 60) for p, k in zip(spec_only.patterns, spec_only.k_hat))
+    with pytest.raises(ValueError, match="reconstruct"):
+        federation.run_federation(xi, specs, 4, 7, reconstruct=lambda res: np.zeros((1, 60), dtype=np.int8))
 
 
 def test_spectral_patterns_recovers_a_single_spike():

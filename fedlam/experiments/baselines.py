@@ -41,7 +41,7 @@ from fedlam.experiments._common import (
 )
 
 __all__ = ["BaselinesParams", "BaselinesResult", "PRESETS", "METHODS", "SCENARIOS", "make_params",
-           "run", "spectral_patterns", "federate_with"]
+           "run", "spectral_patterns", "signed_eigenvectors"]
 
 METHODS = ("federated", "spectral", "local", "oracle")
 SCENARIOS = ("drift", "novelty", "structured")
@@ -137,41 +137,12 @@ def spectral_patterns(J: np.ndarray, k_method: str = "mp") -> np.ndarray:
     return np.where(V.T >= 0, 1, -1).astype(np.int8)
 
 
-def federate_with(
-    archetypes: np.ndarray, specs: list, T: int, seed: int, controller: Any,
-    reconstruct: Callable[[np.ndarray, np.random.Generator], np.ndarray], ema_alpha: float = 0.5,
-) -> np.ndarray:
-    """The federation loop of :func:`fedlam.federation.run_federation` with a pluggable server
-    reconstruction ``reconstruct(J_s, rng) -> patterns``. Returns magnetizations (T, K).
-
-    Clients, controllers and random streams are built exactly as in ``run_federation`` (one
-    child stream per client and one for the server, unknown r), so with the LAM as
-    ``reconstruct`` this reproduces ``run_federation``'s magnetizations.
-    """
-    from fedlam import controller as ctl
-    from fedlam import federation, metrics, operators
-
-    K = archetypes.shape[0]
-    streams = as_rng(seed).spawn(len(specs) + 1)
-    clients = [
-        federation.Client(s, archetypes, T, ctl.make_controller(controller, r=None, alpha=ema_alpha,
-                                                                  w_init=1.0), streams[c])
-        for c, s in enumerate(specs)
-    ]
-    server = federation.Server("equal")
-    mag = np.zeros((T, K))
-    broadcast = None
-    for t in range(T):
-        uploads = []
-        for client in clients:
-            client.observe(t)
-            op, _w = client.upload(broadcast)
-            uploads.append(op)
-        J_s = server.aggregate(uploads)
-        pats = np.asarray(reconstruct(J_s, streams[-1]), dtype=np.int8)
-        broadcast = operators.pattern_operator(pats)
-        mag[t] = metrics.magnetization(pats, archetypes)
-    return mag
+def signed_eigenvectors(result: Any) -> np.ndarray:
+    """Spectral-only server stage for :func:`fedlam.federation.run_federation`'s
+    ``reconstruct`` hook: the signs of the round's K̂ detected eigenvectors (the same K̂
+    and spectrum the LAM would use; a zero entry gets +1). Returns int8 (K̂, N)."""
+    V = np.asarray(result.vectors)
+    return np.where(V.T >= 0, 1, -1).astype(np.int8)
 
 
 def _oracle(archetypes: np.ndarray, sched: np.ndarray, M: int, r: float, seed: int) -> np.ndarray:
@@ -257,8 +228,9 @@ def run(params: BaselinesParams, rng: Any) -> BaselinesResult:
                 if method == "federated":
                     out[s, mi] = federation.run_federation(xi, specs, T, seed_fed, controller=ctrl).magnetization
                 elif method == "spectral":
-                    out[s, mi] = federate_with(xi, specs, T, seed_fed, ctrl,
-                                               lambda J, g: spectral_patterns(J))
+                    out[s, mi] = federation.run_federation(
+                        xi, specs, T, seed_fed, controller=ctrl, reconstruct=signed_eigenvectors
+                    ).magnetization
                 elif method == "local":
                     per = np.stack([
                         federation.run_federation(xi, [specs[c]], T, seed_fed + c + 1, controller=ctrl).magnetization
