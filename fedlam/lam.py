@@ -113,12 +113,18 @@ class LAMParams:
     n_seeds : int or None
         Seeds per attempt; None means ``max(8, 2 K_hat)``.
     dedup : float
-        Two candidates with ``|overlap| >= dedup`` are duplicates (paper table: 0.4).
+        Two candidates with ``|overlap| >= dedup`` are duplicates. Default 0.6, above the
+        paper's 0.5 (text) and 0.4 (table): real archetypes can overlap more than 0.4 (the
+        Caltech silhouettes reach 0.454, and 0.4 merges two of them, losing one), while
+        sign-mixtures of accepted patterns are removed by the redundancy part of the
+        subspace test below, not by this threshold. Copies of one pattern reached from
+        different seeds overlap close to 1.
     accept : {"subspace", "score"}
         ``"subspace"`` (default): fraction ``||V^T zeta||^2 / N >= rho`` of the candidate in
         the detected subspace, and the same fraction ``>= rho`` outside the span of the
         patterns accepted before it (drops many-component mixtures: a 5-mixture overlaps
-        each component by 0.375, below ``dedup``, and scores 0.70 > rho); ``"score"``: the
+        each component by 0.375, a 3-mixture by 0.5, both below ``dedup``, and they score
+        0.70 and 0.75 > rho); ``"score"``: the
         paper's ``zeta^T J_KS zeta / N >= tau`` with the kernel in use as ``J_KS``.
     rho : float
         Threshold of the subspace test (paper table: 0.6).
@@ -142,7 +148,7 @@ class LAMParams:
     k_method: str = "mp"
     tau: float = 0.5
     n_seeds: int | None = None
-    dedup: float = 0.4
+    dedup: float = 0.6
     accept: str = "subspace"
     rho: float = 0.6
     max_attempts: int = 3
