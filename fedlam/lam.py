@@ -37,6 +37,7 @@ from fedlam._validation import (
     as_rng,
     check_choice,
     check_in_range,
+    check_nonneg_int,
     check_operator,
     check_pm1,
     check_positive_int,
@@ -55,6 +56,8 @@ __all__ = [
     "seed_mixtures",
     "acceptance_scores",
     "deduplicate",
+    "Selection",
+    "select",
     "factorize",
     "factorize_literal",
 ]
@@ -446,8 +449,10 @@ def deduplicate(candidates: np.ndarray, scores: np.ndarray, threshold: float) ->
     *Absolute* overlap, because for a Hebbian kernel ``-xi`` is the same memory as ``xi``
     (the energy is even); *score order*, because a pure pattern scores higher than the
     sign-mixtures that contain it (1 vs 0.75 for a 3-mixture) and overlaps them by 1/2:
-    processed in input order (Algorithm 2) a mixture met first would be kept and the pure
-    patterns it overlaps discarded. Ties in score keep input order. Derived in
+    processed in input order (Algorithm 2, with a threshold at or below 1/2) a mixture met
+    first would be kept and the pure patterns it overlaps discarded; with the package's
+    threshold 0.6 the mixture is instead removed later by the redundancy test of
+    :func:`select`. Ties in score keep input order. Derived in
     {ref}`sec-lam-acceptance`.
 
     Parameters
@@ -553,6 +558,86 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         m = min(N, 4 * m)  # 16 -> 64 -> 256 ...
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Outcome of :func:`select`.
+
+    Attributes
+    ----------
+    kept : numpy.ndarray
+        int64 indices of the accepted candidates, in descending score order (at most K_hat).
+    n_rejected, n_duplicates, n_redundant, n_capped : int
+        Candidates below the score threshold; within ``dedup`` of an accepted one; with too
+        little mass outside the span of the accepted ones; accepted but beyond K_hat.
+    """
+
+    kept: np.ndarray
+    n_rejected: int
+    n_duplicates: int
+    n_redundant: int
+    n_capped: int
+
+
+def select(
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    threshold: float,
+    k_hat: int,
+    dedup: float,
+    vectors: np.ndarray | None = None,
+) -> Selection:
+    """Threshold, de-duplicate in score order, drop redundant mixtures, cap at ``k_hat``.
+
+    Derived in {ref}`sec-lam-acceptance`.
+
+    Parameters
+    ----------
+    candidates : numpy.ndarray
+        (C, N) +-1 candidate patterns.
+    scores : numpy.ndarray
+        (C,) acceptance scores (:func:`acceptance_scores`).
+    threshold : float
+        Score threshold (``rho`` for subspace acceptance, ``tau`` for the paper's score).
+    k_hat : int
+        Largest number of patterns to accept (the spectral count).
+    dedup : float
+        A candidate within absolute overlap ``>= dedup`` of an accepted one is a duplicate.
+    vectors : numpy.ndarray, optional
+        (N, K_hat) detected eigenvectors. With them (subspace acceptance) a candidate must
+        also bring a *new* direction: the part of its detected-subspace mass
+        ``||V^T z||^2 / N`` outside the span of the already accepted patterns (measured in
+        the K_hat coordinates ``V^T z``) must be ``>= threshold``.
+
+    Returns
+    -------
+    Selection
+
+    Notes
+    -----
+    A sign-mixture of n accepted patterns overlaps each of them by about 1/2 (n = 3),
+    3/8 (n = 5), ..., and scores above 0.6, so neither the score nor a de-duplication
+    threshold above the largest real overlap removes it; its mass lies in the span of its
+    components (novel fraction ~0), so it is dropped as redundant, while a pattern not yet
+    accepted keeps novel fraction ~1.
+    """
+    check_pm1(candidates, "candidates", ndim=2, allow_empty=True)
+    if not isinstance(scores, np.ndarray) or scores.shape != (candidates.shape[0],):
+        raise ValueError(
+            f"scores must be an array of shape ({candidates.shape[0]},), got "
+            f"{getattr(scores, 'shape', type(scores).__name__)}"
+        )
+    check_real(threshold, "threshold")
+    check_nonneg_int(k_hat, "k_hat")
+    check_in_range(dedup, "dedup", 0.0, 1.0, low_open=True)
+    if vectors is not None and (not isinstance(vectors, np.ndarray) or vectors.ndim != 2
+                                or vectors.shape[0] != candidates.shape[1]):
+        raise ValueError(
+            f"vectors must be an (N, K_hat) array with N = {candidates.shape[1]}, got "
+            f"{getattr(vectors, 'shape', type(vectors).__name__)}"
+        )
+    return Selection(*_select(candidates, scores, float(threshold), int(k_hat), float(dedup), vectors))
+
+
 def _select(
     cands: np.ndarray,
     scores: np.ndarray,
@@ -561,16 +646,7 @@ def _select(
     dedup: float,
     V: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, int, int, int]:
-    """Threshold, de-duplicate in score order, drop redundant mixtures, cap at ``k_hat``.
-
-    With ``V`` (subspace acceptance) a candidate must also bring a *new* direction: the
-    part of its detected-subspace mass ``||V^T z||^2 / N`` outside the span of the already
-    accepted patterns (measured in the K_hat coordinates ``V^T z``) must be ``>= thr``.
-    A sign-mixture of accepted patterns passes the overlap test when it has many
-    components (a 5-mixture overlaps each component by only 0.375 < 0.4) but its mass lies
-    in their span (novel fraction ~0), so it is dropped as redundant; a pattern not yet
-    accepted keeps novel fraction ~1.
-    """
+    """Unvalidated core of :func:`select` (used inside :func:`factorize`)."""
     ok = np.flatnonzero(scores >= thr)
     n_rej = cands.shape[0] - ok.size
     order = ok[np.argsort(-scores[ok], kind="stable")]

@@ -178,7 +178,8 @@ def test_many_component_mixture_is_redundant():
     scores = lam.acceptance_scores(cands, vectors=V)
     assert 0.6 < scores[5] < 0.8  # passes rho = 0.6 on its own
     assert np.max(np.abs(cands[:5].astype(float) @ mix5) / n) < 0.45  # and the overlap test
-    kept, n_rej, n_dup, n_red, n_cap = lam._select(cands, scores, 0.6, 6, 0.45, V)
+    sel = lam.select(cands, scores, 0.6, 6, 0.45, V)
+    kept, n_rej, n_dup, n_red, n_cap = sel.kept, sel.n_rejected, sel.n_duplicates, sel.n_redundant, sel.n_capped
     assert sorted(kept.tolist()) == [0, 1, 2, 3, 4, 6] and n_red == 1 and n_dup == 0
 
 
@@ -245,3 +246,15 @@ def test_factorize_bad_inputs():
         lam.seed_mixtures(np.zeros((5, 0)), 2, 0)
     with pytest.raises(ValueError, match="candidates must contain only -1 and \\+1"):
         lam.deduplicate(np.zeros((2, 4), dtype=np.int8), np.zeros(2), 0.4)
+
+
+def test_select_validates_its_arguments():
+    cands = np.ones((2, 10), dtype=np.int8)
+    with pytest.raises(ValueError, match="scores must be an array of shape"):
+        lam.select(cands, np.ones(3), 0.6, 2, 0.6)
+    with pytest.raises(ValueError, match="dedup must lie in"):
+        lam.select(cands, np.ones(2), 0.6, 2, 1.5)
+    with pytest.raises(ValueError, match="vectors must be an"):
+        lam.select(cands, np.ones(2), 0.6, 2, 0.6, np.ones((9, 2)))
+    with pytest.raises(ValueError, match="candidates must contain only"):
+        lam.select(np.zeros((2, 10), dtype=np.int8), np.ones(2), 0.6, 2, 0.6)
