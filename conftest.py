@@ -16,3 +16,10 @@ import os
 os.environ["FEDLAM_WIDGETS"] = "static"
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+
+# Property tests draw the same examples on every run (reproducible CI); the example
+# database is not needed then.
+from hypothesis import settings as _hyp_settings  # noqa: E402
+
+_hyp_settings.register_profile("fedlam", derandomize=True, database=None)
+_hyp_settings.load_profile("fedlam")
