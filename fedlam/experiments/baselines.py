@@ -8,8 +8,9 @@ recovering the archetypes, round by round:
     with the LAM).
 ``spectral``
     The same federation, but the server's reconstruction is the sign of its K̂ leading
-    eigenvectors (K̂ from the same MP estimator), no LAM. It runs the same clients and data
-    streams as ``federated`` (same seed), so the difference is the reconstruction alone.
+    eigenvectors (K̂ from the server's own estimator, as in ``federated``), no LAM. It runs
+    the same clients and data streams as ``federated`` (same seed), so the difference is the
+    reconstruction alone.
 ``local``
     No communication: every client runs the pipeline on its own data (a federation of one);
     we report the mean over clients.
