@@ -177,7 +177,7 @@ def test_structured_shapes():
 
 
 def test_baselines_shapes_and_loop_matches_federation():
-    from fedlam import data, federation, lam
+    from fedlam import data, federation
 
     p = baselines.BaselinesParams(**TINY[baselines])
     res = baselines.run(p, 0)

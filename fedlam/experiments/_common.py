@@ -26,6 +26,7 @@ from fedlam._validation import (
 )
 
 __all__ = [
+    "JsonResult",
     "check_int_tuple",
     "check_float_tuple",
     "check_mixture_tuple",
@@ -110,6 +111,15 @@ def make_params(cls: type, presets: Mapping[str, Any], preset: str = "book", **o
             v = tuple(tuple(e) if isinstance(e, list) else e for e in v)
         changes[k] = v
     return dataclasses.replace(base, **changes)
+
+
+class JsonResult:
+    """Mixin for the experiments' result dataclasses: :meth:`to_dict` gives a
+    JSON-serialisable dictionary of every field (arrays as nested lists)."""
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable dictionary of every field (arrays as nested lists)."""
+        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def jsonable(x: Any) -> Any:

@@ -12,20 +12,19 @@ whether its fake pattern enters the server memory. The paper's version is its fi
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fedlam.experiments._common import (
+    JsonResult,
     check_bool,
     check_choice,
     check_controllers,
     check_in_range,
     check_positive_int,
     check_quality,
-    jsonable,
     make_params as _make_params,
     seed_pairs,
 )
@@ -125,7 +124,7 @@ def poison_pattern(seed: int, L: int, c: int, N: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class AdversarialResult:
+class AdversarialResult(JsonResult):
     """Per-round arrays. Axes: (seed, attack, controller, round, ...).
 
     Attributes
@@ -146,10 +145,6 @@ class AdversarialResult:
     spurious: np.ndarray
     fake_overlap: np.ndarray
     summary: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable dictionary of every field."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def run(params: AdversarialParams, rng: Any) -> AdversarialResult:

@@ -23,20 +23,19 @@ The notebook is {ref}`sec-exp-baselines`.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from fedlam._validation import as_rng
 from fedlam.experiments._common import (
+    JsonResult,
     check_choice,
     check_controllers,
     check_positive_int,
     check_quality,
-    jsonable,
     make_params as _make_params,
     seed_pairs,
 )
@@ -169,7 +168,7 @@ def _oracle(archetypes: np.ndarray, sched: np.ndarray, M: int, r: float, seed: i
 
 
 @dataclass(frozen=True)
-class BaselinesResult:
+class BaselinesResult(JsonResult):
     """Per scenario: magnetization arrays (S, n_methods, T_scenario, K_scenario).
 
     Attributes
@@ -185,10 +184,6 @@ class BaselinesResult:
     magnetization: dict
     local_best: dict
     summary: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable dictionary of every field."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def _scenario(p: BaselinesParams, name: str) -> tuple[np.ndarray | None, np.ndarray, int, float, Any, int]:

@@ -14,7 +14,6 @@ operator of the pooled examples, so q = N / M with M the round total.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +22,11 @@ import scipy.linalg
 
 from fedlam._validation import as_rng
 from fedlam.experiments._common import (
+    JsonResult,
     check_in_range,
     check_int_tuple,
     check_mixture_tuple,
     check_positive_int,
-    jsonable,
     make_params as _make_params,
 )
 
@@ -121,7 +120,7 @@ def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class BBPResult:
+class BBPResult(JsonResult):
     """Arrays of the BBP panel. Axis order: (seed, M index, ...); archetypes in ``pi`` order.
 
     Attributes
@@ -155,10 +154,6 @@ class BBPResult:
     subspace_overlap: np.ndarray
     n_detected: np.ndarray
     summary: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable dictionary of every field (arrays as nested lists)."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def _summarise(res: dict, sup: np.ndarray, n_sup: np.ndarray) -> dict:

@@ -9,19 +9,18 @@ notebook is {ref}`sec-exp-drift`.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fedlam.experiments._common import (
+    JsonResult,
     check_bool,
     check_controllers,
     check_in_range,
     check_positive_int,
     check_quality,
-    jsonable,
     make_params as _make_params,
     seed_pairs,
 )
@@ -100,7 +99,7 @@ def make_params(preset: str = "book", **overrides: Any) -> DriftParams:
 
 
 @dataclass(frozen=True)
-class DriftResult:
+class DriftResult(JsonResult):
     """Per-round arrays. Axes: (seed, controller, round, ...).
 
     Attributes
@@ -122,10 +121,6 @@ class DriftResult:
     k_hat: np.ndarray
     spurious: np.ndarray
     summary: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable dictionary of every field."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def run(params: DriftParams, rng: Any) -> DriftResult:

@@ -9,20 +9,19 @@ The paper's version is its figure "novelty_detection". Theory in {ref}`sec-bbp-t
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fedlam.experiments._common import (
+    JsonResult,
     check_bool,
     check_controllers,
     check_in_range,
     check_nonneg_int,
     check_positive_int,
     check_quality,
-    jsonable,
     make_params as _make_params,
     seed_pairs,
 )
@@ -120,7 +119,7 @@ def first_round(mask: np.ndarray, start: int) -> float:
 
 
 @dataclass(frozen=True)
-class NoveltyResult:
+class NoveltyResult(JsonResult):
     """Per-round arrays. Axes: (seed, controller, round, ...).
 
     Attributes
@@ -148,10 +147,6 @@ class NoveltyResult:
     latency_m: np.ndarray
     old_dip: np.ndarray
     summary: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable dictionary of every field."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def run(params: NoveltyParams, rng: Any) -> NoveltyResult:

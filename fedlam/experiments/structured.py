@@ -10,7 +10,6 @@ surrogates (:func:`fedlam.data.decorrelate`). The paper's version is its figure
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from fedlam.experiments._common import (
+    JsonResult,
     check_bool,
     check_choice,
     check_controllers,
     check_float_tuple,
     check_positive_int,
-    jsonable,
     make_params as _make_params,
     seed_pairs,
 )
@@ -101,7 +100,7 @@ def make_params(preset: str = "book", **overrides: Any) -> StructuredParams:
 
 
 @dataclass(frozen=True)
-class StructuredResult:
+class StructuredResult(JsonResult):
     """Arrays. Axes: (seed, quality r, decorrelation, round, ...).
 
     Attributes
@@ -127,10 +126,6 @@ class StructuredResult:
     spurious: np.ndarray
     reconstructions: np.ndarray
     summary: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable dictionary of every field."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 def _matched(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
