@@ -442,6 +442,16 @@ def acceptance_scores(candidates: np.ndarray, vectors: np.ndarray | None = None,
     return np.einsum("bk,bk->b", Y, Y) / X.shape[1]
 
 
+def _score_order(scores: np.ndarray) -> np.ndarray:
+    """Indices in descending score order; scores equal to 1e-10 are ties kept in input order.
+
+    Exact copies of a pattern score the same up to the last bits of a dot product, and
+    those bits can change between runs (numpy's SIMD sums depend on memory alignment);
+    rounding first makes the order, and so every count that depends on it, reproducible.
+    """
+    return np.argsort(-np.round(scores, 10), kind="stable")
+
+
 def deduplicate(candidates: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
     """Greedy de-duplication in descending score order; returns kept indices.
 
@@ -471,7 +481,7 @@ def deduplicate(candidates: np.ndarray, scores: np.ndarray, threshold: float) ->
     B, N = candidates.shape
     if B == 0:
         return np.empty(0, dtype=np.int64)
-    order = np.argsort(-scores, kind="stable")
+    order = _score_order(scores)
     X = candidates.astype(np.float64)
     kept: list[int] = []
     for i in order:
@@ -649,7 +659,7 @@ def _select(
     """Unvalidated core of :func:`select` (used inside :func:`factorize`)."""
     ok = np.flatnonzero(scores >= thr)
     n_rej = cands.shape[0] - ok.size
-    order = ok[np.argsort(-scores[ok], kind="stable")]
+    order = ok[_score_order(scores[ok])]
     N = cands.shape[1]
     X = cands.astype(np.float64)
     Y = X @ V if V is not None else None

@@ -356,3 +356,18 @@ def test_free_bad_inputs():
         sp.k_hat_free(J, components=[J], weights=np.ones(2))
     with pytest.raises(ValueError, match="non-negative trace"):
         sp.fit_component(sp.Spectrum(np.array([-1.0, -2.0]), np.empty((2, 0)), 2, -3.0, 5.0))
+
+
+def test_eigenvector_signs_are_canonical():
+    """Signs are fixed by a reference vector, so seeds do not depend on the eigensolver run."""
+    from fedlam.spectral import Spectrum, _sign_reference
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((30, 30))
+    J = (a + a.T) / 2
+    s = sp.spectrum(J)
+    assert np.all(_sign_reference(30) @ s.vectors > 0)
+    flipped = Spectrum(s.values, -s.vectors, s.n, s.trace, s.sum_sq)
+    np.testing.assert_array_equal(flipped.vectors, s.vectors)
+    top = sp.top_spectrum(J, 4)
+    np.testing.assert_allclose(top.vectors, s.vectors[:, :4], atol=1e-8)
