@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fedlam._validation import (
+    _describe,
     check_choice,
     check_in_range,
     check_nonneg_int,
@@ -42,11 +43,6 @@ __all__ = [
     "check_choice",
 ]
 
-
-def _describe(x: Any) -> str:
-    if isinstance(x, np.ndarray):
-        return f"array of dtype {x.dtype} and shape {x.shape}"
-    return f"{type(x).__name__} {x!r}"[:120]
 
 
 def check_bool(x: Any, name: str) -> bool:
