@@ -112,6 +112,7 @@ from ._validation import (
     check_operator,
     check_pm1,
     check_positive_int,
+    check_prob_vector,
     check_quality,
     check_real,
 )
@@ -122,6 +123,8 @@ __all__ = [
     "h_min",
     "entropy_weight",
     "paper_terms",
+    "paper_weight",
+    "expected_sign_agreement",
     "ema",
     "LocalSpectrum",
     "local_spectrum",
@@ -256,6 +259,10 @@ def _paper_terms(A: np.ndarray, B: np.ndarray, r: float) -> dict[str, float]:
     N = A.shape[0]
     sgn = np.sign(A) * np.sign(B)
     p = 0.5 + 0.5 * float(sgn.sum() - np.trace(sgn)) / (N * (N - 1))
+    return _paper_rule(p, r)
+
+
+def _paper_rule(p: float, r: float) -> dict[str, float]:
     H = binary_entropy(p)
     Hm = h_min(r)
     if Hm >= 1.0:  # r so small that h2((1+r^2)/2) rounds to 1: the rule is 0/0
@@ -264,6 +271,85 @@ def _paper_terms(A: np.ndarray, B: np.ndarray, r: float) -> dict[str, float]:
         )
     w = (H - Hm) / (1.0 - Hm)
     return {"p": p, "H_AB": H, "H_min": Hm, "w_unclipped": w, "w": min(1.0, max(0.0, w))}
+
+
+def paper_weight(p: float, r: float) -> float:
+    """The paper's rule as a function of the sign agreement ``p`` alone (clipped to [0, 1]).
+
+    :func:`entropy_weight` is ``paper_weight(sign_agreement(A, B), r)``; this form takes an
+    agreement predicted by :func:`expected_sign_agreement`. Derived in {ref}`sec-controller`.
+    """
+    return _paper_rule(check_in_range(p, "p", 0.0, 1.0), check_quality(r))["w"]
+
+
+def expected_sign_agreement(
+    r: float,
+    M: int,
+    pi: np.ndarray,
+    memory: int | None = None,
+    normal: bool = False,
+) -> float:
+    """Expected off-diagonal sign agreement of a client's M-example batch with the server memory.
+
+    Derived in {ref}`sec-noise-floor`. The server operator ``A`` holds the first ``memory``
+    archetypes (default: all K); the client draws its M examples from the mixture ``pi``
+    over the K archetypes through the channel of quality ``r``. For a pair (i, j) write
+    ``s_mu = xi_i^mu xi_j^mu``, uniform on {-1, +1}^K for random archetypes: then
+    ``sign(A_ij) = sign(sum_{mu < memory} s_mu)`` (0 on a tie, which counts 1/2), and
+    ``M B_ij N`` is a sum of M independent +-1 products with mean ``m = r^2 pi . s``, so the
+    agreement is a binomial tail (exactly, or by its normal approximation with
+    ``normal=True``), averaged over the ``2^K`` sign patterns. With M = 1 and one archetype
+    it is the paper's ``(1 + r^2)/2``; it tends to 1 as M grows for a client whose
+    archetypes are all in memory, which is why the paper's noise floor ``H_min(r)`` is not
+    what an honest client sees.
+
+    Parameters
+    ----------
+    r : float
+        Channel quality in (0, 1].
+    M : int
+        Batch size (>= 1).
+    pi : numpy.ndarray
+        (K,) class mixture of the batch (K <= 16).
+    memory : int, optional
+        Number of leading archetypes held by the server memory, 0 <= memory <= K.
+    normal : bool
+        Use the normal approximation of the binomial tail.
+
+    Returns
+    -------
+    float
+        Expected agreement in [0, 1] (exactly 1/2 when ``memory = 0``).
+    """
+    from scipy import stats
+
+    r = check_quality(r)
+    M = check_positive_int(M, "M")
+    pi = check_prob_vector(pi, "pi")
+    K = pi.size
+    if K > 16:
+        raise ValueError(f"pi must have at most 16 archetypes (2^K sign patterns), got K = {K}")
+    memory = K if memory is None else check_nonneg_int(memory, "memory")
+    if memory > K:
+        raise ValueError(f"memory must be <= K = {K}, got {memory}")
+    if not isinstance(normal, bool):
+        raise TypeError(f"normal must be a bool, got {type(normal).__name__}")
+    k = np.arange(M + 1)
+    total = 0.0
+    for bits in range(2**K):
+        s = np.array([1.0 if (bits >> mu) & 1 else -1.0 for mu in range(K)])
+        a = np.sign(s[:memory].sum())
+        if a == 0:
+            total += 0.5
+            continue
+        m = r * r * float(pi @ s)
+        if normal:
+            total += float(stats.norm.cdf(a * m * math.sqrt(M) / math.sqrt(max(1.0 - m * m, 1e-300))))
+            continue
+        pmf = stats.binom.pmf(k, M, (1.0 + m) / 2.0)
+        S = 2 * k - M
+        total += float(pmf[a * S > 0].sum() + 0.5 * pmf[S == 0].sum())
+    return total / 2**K
 
 
 def entropy_weight(A: np.ndarray, B: np.ndarray, r: float) -> float:

@@ -243,3 +243,35 @@ def test_bad_inputs(world):
         C.novelty_assessment(A, spectrum=B)
     with pytest.raises(ValueError, match="spectrum has N"):
         C.novelty_assessment(np.zeros((10, 10)), spectrum=C.local_spectrum(world["honest"]))
+
+
+def test_expected_sign_agreement_closed_form_matches_simulation_and_limits():
+    r, K = 0.9, 3
+    pi = np.full(K, 1 / K)
+    # one example, one archetype: the paper's (1 + r^2)/2
+    assert C.expected_sign_agreement(r, 1, np.array([1.0])) == pytest.approx((1 + r * r) / 2)
+    # empty memory: every sign of A is a tie
+    assert C.expected_sign_agreement(r, 50, pi, memory=0) == 0.5
+    # grows towards 1 with M for a client whose archetypes are all in memory
+    vals = [C.expected_sign_agreement(r, M, pi) for M in (1, 10, 100)]
+    assert vals[0] < vals[1] < vals[2] <= 1.0
+    # simulation: the labels of a batch are shared by all its pairs, so batch-to-batch spread
+    # is large (a balanced batch agrees ~0.99, an unbalanced one ~0.8); average 300 batches
+    # (standard error < 0.004). At N = 100 the 8 sign patterns of the pairs deviate from
+    # uniform by about 1/sqrt(4950 / 8) = 4 %, shifting the mean by < 0.01: allow 0.02.
+    xi = random_archetypes(K, 100, 4)
+    A = pattern_operator(xi)
+    rng = np.random.default_rng(11)
+    for M in (3, 30):
+        sims = [C.sign_agreement(A, hebbian(sample_examples(xi, M, r, pi, rng)[0])) for _ in range(300)]
+        assert abs(np.mean(sims) - C.expected_sign_agreement(r, M, pi)) < 0.02
+    # the paper's rule applied to the prediction equals the rule on matrices' agreement
+    p = C.expected_sign_agreement(r, 1, pi)
+    assert C.paper_weight(p, r) == pytest.approx(
+        max(0.0, (C.binary_entropy(p) - C.h_min(r)) / (1 - C.h_min(r))))
+    with pytest.raises(ValueError, match="memory must be <= K"):
+        C.expected_sign_agreement(r, 5, pi, memory=4)
+    with pytest.raises(ValueError, match="pi must sum to 1"):
+        C.expected_sign_agreement(r, 5, np.array([0.5, 0.6]))
+    with pytest.raises(ValueError, match="p must lie in"):
+        C.paper_weight(1.5, r)
