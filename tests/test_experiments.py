@@ -197,12 +197,12 @@ def test_baselines_shapes_and_loop_matches_federation():
         federation.run_federation(xi, specs, 4, 7, reconstruct=lambda res: np.zeros((1, 60), dtype=np.int8))
 
 
-def test_spectral_patterns_recovers_a_single_spike():
-    from fedlam import data, operators
+def test_signed_eigenvectors_recovers_a_single_spike():
+    from fedlam import data, lam, operators
 
     xi = data.random_archetypes(1, 80, 1)
     ex, _ = data.sample_examples(xi, 400, 0.9, np.array([1.0]), 2)
-    pats = baselines.spectral_patterns(operators.hebbian(ex))
+    pats = baselines.signed_eigenvectors(lam.factorize(operators.hebbian(ex), rng=0))
     assert pats.shape == (1, 80)
     assert abs(float(pats[0].astype(float) @ xi[0].astype(float))) / 80 > 0.95
 

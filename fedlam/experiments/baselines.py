@@ -41,7 +41,7 @@ from fedlam.experiments._common import (
 )
 
 __all__ = ["BaselinesParams", "BaselinesResult", "PRESETS", "METHODS", "SCENARIOS", "make_params",
-           "run", "spectral_patterns", "signed_eigenvectors"]
+           "run", "signed_eigenvectors"]
 
 METHODS = ("federated", "spectral", "local", "oracle")
 SCENARIOS = ("drift", "novelty", "structured")
@@ -119,22 +119,6 @@ PRESETS: dict[str, BaselinesParams] = {
 def make_params(preset: str = "book", **overrides: Any) -> BaselinesParams:
     """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
     return _make_params(BaselinesParams, PRESETS, preset, **overrides)
-
-
-def spectral_patterns(J: np.ndarray, k_method: str = "mp") -> np.ndarray:
-    """Spectral-only reconstruction: signs of the K̂ leading eigenvectors of ``J``.
-
-    K̂ comes from :func:`fedlam.spectral.estimate_k` (MP edge by default, as in the LAM);
-    a zero entry gets +1. Returns int8 (K̂, N).
-    """
-    from fedlam import spectral
-
-    N = J.shape[0]
-    m = min(N, 64)
-    spec = spectral.top_spectrum(J, m)
-    k = int(min(spectral.estimate_k(spec, k_method).k_hat, m))
-    V = spec.vectors[:, :k]
-    return np.where(V.T >= 0, 1, -1).astype(np.int8)
 
 
 def signed_eigenvectors(result: Any) -> np.ndarray:
