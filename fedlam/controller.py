@@ -21,14 +21,24 @@ The paper's rule, implemented faithfully (:func:`entropy_weight`)
   ``Var(delta) <= 1/(4 n_pairs)``, ``n_pairs = N(N-1)/2``. Because
   ``1 - h2(1/2 + delta) <= (2 delta)^2 / (2 ln 2 (1 - 4 delta^2))``,
   ``1 - w <= (2 delta)^2 / (2 ln 2 (1 - 4 delta^2)(1 - H_min(r)))``. At N = 400, r = 0.9
-  (``H_min = 0.4529``) a 10-sigma deviation gives ``1 - w <= 1.7e-3``: **the rule gives the
-  noise client full trust, w ~ 1**, the opposite of the paper's attacker figure. If the
-  client uses its own quality ``r ~ 0`` instead, ``1 - H_min(r) ~ r^4/(2 ln 2)`` and the rule
-  becomes 0/0: its value is decided by O(1/N) sign fluctuations (at N = 400, r = 0.05 it is
-  a random number in [0, 1]). Neither version gives w -> 0.
+  (``H_min = 0.4529``) a 10-sigma deviation gives ``1 - w <= 1.7e-3``: **with an honest
+  client's quality plugged in, the rule gives the noise client full trust, w ~ 1**.
+  **With the client's own quality r ~ 0 it gives w = 0**, the paper's attacker collapse:
+  to leading order ``1 - H_AB ~ (2 delta)^2/(2 ln 2)`` and ``1 - H_min(r) ~ r^4/(2 ln 2)``, so
+  ``w ~ 1 - (2 delta)^2 / r^4``, clipped to 0 as soon as ``r^2 < 2 |delta|``, i.e. for r below
+  about ``n_pairs^(-1/4)`` (0.038 at N = 1000); at ``r = 0`` the limit is ``w = 0`` for every
+  ``p != 1/2`` (computed stably here, see :func:`_paper_rule`). With ``alpha = 0.5`` the
+  smoothed weight is then ``0.5^10 ~ 0.001`` after ten rounds. Two caveats: the collapse
+  needs the attacker's own r, i.e. knowing which client is the attacker; and the rule is
+  ill-conditioned there, jumping between 1 and 0 as r crosses ``n_pairs^(-1/4)`` with a
+  value set by the sampling noise of ``p`` (its variance: :func:`sign_agreement_moments`).
 * **Honest consolidated client.** ``H_min`` is the disagreement of *one* example, but ``B``
   averages ``M`` examples: the signs of ``B`` converge to those of ``sum_mu pi_mu xi_i xi_j``,
   ``p -> 1``, ``H_AB < H_min`` and the rule clips to ``w = 0`` (no fresh evidence at all).
+  A broadcast that holds only part of the client's classes does not clip: with 2 of 3
+  equally likely archetypes held, ``p -> 3/4`` and ``w = 0.655`` at r = 0.9, M = 800
+  (:func:`expected_sign_agreement` with ``memory=2``), in the range of the paper's good-client
+  weights (0.4-0.6), which an incomplete early memory can therefore produce.
 * **Shift.** A batch dominated by an archetype absent from ``A`` has sign-random entries
   relative to ``A``: ``w -> 1``. The rule cannot tell novelty from noise: both look like
   uncorrelated signs.
@@ -69,21 +79,21 @@ exactly low rank, the server's bulk scales with the clients' ``w`` as much as th
 spikes do, so a small ``w_floor`` does not hide new archetypes from the server's
 scale-free K̂ estimators; it only fixes how fast the memory is refreshed.
 
-Numbers (N = 400, M = 300, K = 3 random archetypes, r = 0.9; one seeded draw each)
+Numbers (N = 400, M = 300, K = 3 random archetypes, r = 0.9; one draw, seed 2024)
 ----------------------------------------------------------------------------------
 ====================================  ==========================  ===================
 client batch vs broadcast ``A``       paper rule                  novelty rule (ours)
 ====================================  ==========================  ===================
-pure noise, r = 0.9 plugged in        p = 0.50016, w = 0.9999999   w = 0 (no outlier)
-pure noise, r_hat = 0 clamped to 0.1  w = 0.9989                   w = 0
-pure noise, r = 0.05 / 0.02           w = 0.983 / 0.337 (0/0)      w = 0
+pure noise, r = 0.9 plugged in        p = 0.49835, w = 0.99999     w = 0 (no outlier)
+pure noise, r = 0.1 / 0.05 / 0        w = 0.891 / 0 / 0            w = 0
 honest, archetypes already in ``A``   p = 1.000, w = 0             f = 0.000, w = 0.100
-40 % of the batch from a new one      p = 0.623, w = 0.919         f = 0.398, w = 0.458
-batch only from a new archetype       w = 0.99999                  w = 0.995
+40 % of the batch from a new one      p = 0.624, w = 0.919         f = 0.422, w = 0.480
+batch only from a new archetype       w = 0.99998                  w = 1.000
 ``A = 0`` (K̂ = 0), honest / noise     w = 1 / 1                    w = 1 / 0
 ====================================  ==========================  ===================
 
-``r_hat`` of the honest batch is 0.8996 (bulk variance 0.1907 vs 1 - r^2 = 0.19).
+``r_hat`` of the honest batch is 0.901 (bulk variance 0.188 vs 1 - r^2 = 0.19); of the noise
+batch 0. ``tests/test_controller.py`` recomputes this table.
 
 Smoothing
 ---------
@@ -105,6 +115,7 @@ import numpy as np
 import scipy.linalg
 
 from . import rmt
+from .data import _check_alloc
 from ._validation import (
     _describe,
     check_in_range,
@@ -125,6 +136,8 @@ __all__ = [
     "paper_terms",
     "paper_weight",
     "expected_sign_agreement",
+    "AgreementMoments",
+    "sign_agreement_moments",
     "ema",
     "LocalSpectrum",
     "local_spectrum",
@@ -250,7 +263,7 @@ def paper_terms(A: np.ndarray, B: np.ndarray, r: float) -> dict[str, float]:
 
     Derived in {ref}`sec-controller`. See :func:`entropy_weight`.
     """
-    r = check_quality(r)
+    r = check_in_range(r, "r", 0.0, 1.0)
     _check_pair_ops(A, B)
     return _paper_terms(A, B, r)
 
@@ -262,14 +275,37 @@ def _paper_terms(A: np.ndarray, B: np.ndarray, r: float) -> dict[str, float]:
     return _paper_rule(p, r)
 
 
+def _entropy_deficit(x: float) -> float:
+    """``1 - h2(1/2 + x)`` for ``|x| <= 1/2``, accurate for tiny ``x`` (no cancellation).
+
+    With ``y = 2|x|``: ``((1 + y) ln(1 + y) + (1 - y) ln(1 - y)) / (2 ln 2)``, whose series is
+    ``sum_k y^(2k) / (k (2k - 1)) / (2 ln 2)``; ``1 - h2(1/2) = 0`` exactly.
+    """
+    y = min(1.0, 2.0 * abs(float(x)))
+    if y == 1.0:
+        return 1.0
+    if y < 1e-3:
+        y2 = y * y
+        return (y2 + y2 * y2 / 6.0 + y2 * y2 * y2 / 15.0) / (2.0 * math.log(2.0))
+    return ((1.0 + y) * math.log1p(y) + (1.0 - y) * math.log1p(-y)) / (2.0 * math.log(2.0))
+
+
 def _paper_rule(p: float, r: float) -> dict[str, float]:
+    """The paper's rule, evaluated stably: ``w = 1 - (1 - H_AB) / (1 - H_min(r))``.
+
+    ``(H_AB - H_min)/(1 - H_min)`` is that ratio; both deficits are computed without
+    cancellation (:func:`_entropy_deficit`), so the rule is exact down to ``r ~ 1e-77``.
+    At ``r = 0`` (``H_min = 1``) the value is its limit ``r -> 0+``: ``-inf`` unless
+    ``p = 1/2`` exactly (then 1), i.e. ``w = 0`` after clipping.
+    """
     H = binary_entropy(p)
     Hm = h_min(r)
-    if Hm >= 1.0:  # r so small that h2((1+r^2)/2) rounds to 1: the rule is 0/0
-        raise ValueError(
-            f"r = {r!r} is too small: 1 - H_min(r) = 0 in floating point, the paper's rule is 0/0"
-        )
-    w = (H - Hm) / (1.0 - Hm)
+    num = _entropy_deficit(p - 0.5)  # 1 - H_AB
+    den = _entropy_deficit(r * r / 2.0)  # 1 - H_min(r)
+    if den > 0.0:
+        w = 1.0 - num / den
+    else:  # r = 0 (or r^2/2 below the smallest normal number): the limit r -> 0+
+        w = 1.0 if num == 0.0 else -math.inf
     return {"p": p, "H_AB": H, "H_min": Hm, "w_unclipped": w, "w": min(1.0, max(0.0, w))}
 
 
@@ -279,7 +315,7 @@ def paper_weight(p: float, r: float) -> float:
     :func:`entropy_weight` is ``paper_weight(sign_agreement(A, B), r)``; this form takes an
     agreement predicted by :func:`expected_sign_agreement`. Derived in {ref}`sec-controller`.
     """
-    return _paper_rule(check_in_range(p, "p", 0.0, 1.0), check_quality(r))["w"]
+    return _paper_rule(check_in_range(p, "p", 0.0, 1.0), check_in_range(r, "r", 0.0, 1.0))["w"]
 
 
 def expected_sign_agreement(
@@ -325,6 +361,8 @@ def expected_sign_agreement(
 
     r = check_quality(r)
     M = check_positive_int(M, "M")
+    if M > 10**8:
+        raise ValueError(f"M must be <= 1e8 (binomial tails of size M + 1 per sign pattern), got {M}")
     pi = check_prob_vector(pi, "pi")
     K = pi.size
     if K > 16:
@@ -352,6 +390,159 @@ def expected_sign_agreement(
     return total / 2**K
 
 
+@dataclass(frozen=True)
+class AgreementMoments:
+    """Mean and variance of the sign agreement ``p`` of a batch (see :func:`sign_agreement_moments`).
+
+    Attributes
+    ----------
+    mean : float
+        ``E p`` (exact binomial bookkeeping, :func:`expected_sign_agreement`).
+    variance : float
+        ``Var p = var_labels + var_pairs`` for fixed random archetypes and a fresh batch.
+    var_labels : float
+        Variance of ``E[p | class counts]`` over the multinomial class counts of the batch:
+        the counts decide the signs of all pairs with the same archetype sign pattern at once.
+    var_pairs : float
+        Mean over the counts of ``Var(p | counts)``: channel noise of the ``N (N - 1)/2`` pairs,
+        including the covariance of pairs that share a neuron.
+    """
+
+    mean: float
+    variance: float
+    var_labels: float
+    var_pairs: float
+
+    @property
+    def sd(self) -> float:
+        """Standard deviation ``sqrt(variance)``."""
+        return math.sqrt(self.variance)
+
+
+def _hermite_grid(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tensor Gauss-Hermite rule for a standard normal vector in k dimensions."""
+    n = {0: 1, 1: 64, 2: 40, 3: 24, 4: 14, 5: 9}[k]
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    w = w / w.sum()
+    if k == 0:
+        return np.zeros((1, 0)), np.ones(1)
+    grids = np.meshgrid(*([x] * k), indexing="ij")
+    wgrids = np.meshgrid(*([w] * k), indexing="ij")
+    pts = np.stack([g.ravel() for g in grids], axis=1)
+    wts = np.prod(np.stack([g.ravel() for g in wgrids], axis=1), axis=1)
+    return pts, wts
+
+
+def sign_agreement_moments(r: float, M: int, pi: np.ndarray, N: int, memory: int | None = None) -> AgreementMoments:
+    r"""Mean and variance of the sign agreement ``p(A, B)`` of an M-example batch with the memory.
+
+    Same setting as :func:`expected_sign_agreement` (K random archetypes, the first
+    ``memory`` of them held by ``A``, a batch of M examples from the mixture ``pi`` at quality
+    ``r``), for fixed archetypes and a fresh batch. The pairs are not independent, and the
+    variance has two parts. Write ``n`` for the class counts of the batch and, for a pair
+    with archetype sign pattern ``s``, ``a_s = sgn sum_{mu < memory} s_mu``. Given ``n`` the
+    pair's sum ``S = N M B_ij`` has mean ``r^2 s.n`` and variance ``M (1 - r^4)``.
+
+    * **Labels.** ``E[p | n] = 2^{-K} sum_s Phi(a_s r^2 s.n / sqrt(M (1 - r^4)))`` (ties,
+      ``a_s = 0``, score 1/2). Every pair with the same pattern shares ``n``, so
+      ``var_labels = Var_n E[p | n]`` does not shrink with N: with ``s.pi = 0`` (the mixture
+      balances a pattern exactly) the sign of ``s.n`` is a coin flip common to 1/2^K of all
+      pairs. Computed with the normal approximation ``n ~ M pi + sqrt(M) z``,
+      ``Cov z = diag(pi) - pi pi^T``, by Gauss-Hermite quadrature over z.
+    * **Pairs.** A pair's indicator has conditional variance ``Var(I_s) - Var_n E[I_s | n]``,
+      with ``Var(I_s)`` exact (binomial tail of M i.i.d. terms, the score 1/2 of ``S = 0``
+      included: for even M the lattice of S matters); two pairs
+      ``(i, j)``, ``(i, k)`` share the flips of neuron i, so their sums have correlation
+      ``r^2 (s.s')_pi / (1 + r^2)`` (with ``(s.s')_pi = sum_mu pi_mu s_mu s'_mu``), and their
+      indicators the covariance ``Phi_2(h, h'; c) - Phi(h) Phi(h')`` (bivariate normal,
+      Plackett's integral). Disjoint pairs are independent given ``n``. With
+      ``n_pairs = N (N - 1)/2`` and averages over independent uniform patterns,
+
+          var_pairs = (mean_s rho_s (1 - rho_s) + 2 (N - 2) mean_{s, s'} cov_{s s'}) / n_pairs.
+
+    For pure noise (``r -> 0``) this is ``(1 - P(S = 0)) / (4 n_pairs)`` (``1 / (4 n_pairs)``
+    for odd M). The normal approximations need M of a few tens at least, and p not within
+    ~1e-3 of 0 or 1 (where the variance comes from rare tail events). Derived in {ref}`sec-ctrl-variance`.
+
+    Parameters
+    ----------
+    r : float
+        Channel quality in (0, 1).
+    M : int
+        Batch size, >= 1.
+    pi : numpy.ndarray
+        (K,) class mixture of the batch, K <= 6.
+    N : int
+        Number of neurons, >= 3.
+    memory : int, optional
+        Number of leading archetypes held by the memory (default K).
+
+    Returns
+    -------
+    AgreementMoments
+    """
+    from scipy import special, stats
+
+    r = check_in_range(r, "r", 0.0, 1.0, low_open=True, high_open=True)
+    M = check_positive_int(M, "M")
+    if M > 10**6:
+        raise ValueError(f"M must be <= 1e6 (exact binomial tails of size M + 1), got {M}")
+    N = check_positive_int(N, "N", minimum=3)
+    pi = check_prob_vector(pi, "pi")
+    K = pi.size
+    if K > 6:
+        raise ValueError(f"pi must have at most 6 archetypes (4^K pattern pairs), got K = {K}")
+    memory = K if memory is None else check_nonneg_int(memory, "memory")
+    if memory > K:
+        raise ValueError(f"memory must be <= K = {K}, got {memory}")
+    mean = expected_sign_agreement(r, M, pi, memory=memory)
+    pats = np.array([[1.0 if (b >> mu) & 1 else -1.0 for mu in range(K)] for b in range(2**K)])
+    a = np.sign(pats[:, :memory].sum(axis=1))
+    live = a != 0
+    scale = r * r / math.sqrt(M * (1.0 - r**4))
+    Phi = special.ndtr
+    # labels: E[p | n] over the latent normal counts
+    cov_pi = np.diag(pi) - np.outer(pi, pi)
+    ev, vec = np.linalg.eigh(cov_pi)
+    keep = ev > 1e-12 * max(1.0, float(ev.max()))
+    L = vec[:, keep] * np.sqrt(ev[keep])
+    pts, wts = _hermite_grid(int(keep.sum()))
+    d = M * (pats @ pi)[None, :] + math.sqrt(M) * (pts @ L.T) @ pats.T  # (points, patterns)
+    rho = np.where(live[None, :], Phi(a[None, :] * d * scale), 0.5)
+    cond_mean = rho.mean(axis=1)
+    m_lab = float(wts @ cond_mean)
+    var_labels = float(wts @ (cond_mean - m_lab) ** 2)
+    # pairs: Var(I_s | n) averaged over n = Var(I_s) - Var_n E[I_s | n]; Var(I_s) exactly
+    # (lattice of S and the 1/2 score of S = 0 included), from the binomial of M i.i.d. terms
+    var_rho_n = wts @ (rho - rho.T @ wts) ** 2           # Var_n E[I_s | n], per pattern
+    k = np.arange(M + 1)
+    Sk = 2 * k - M
+    v_pat = np.zeros(2**K)
+    for i in np.flatnonzero(live):
+        pmf = stats.binom.pmf(k, M, (1.0 + r * r * float(pats[i] @ pi)) / 2.0)
+        score = np.where(a[i] * Sk > 0, 1.0, np.where(Sk == 0, 0.5, 0.0))
+        e1 = float(pmf @ score)
+        v_pat[i] = max(float(pmf @ score**2) - e1 * e1 - float(var_rho_n[i]), 0.0)
+    v_bar = float(np.mean(v_pat))
+    h = a * (M * (pats @ pi)) * scale                     # standardised mean of a_s S at n = M pi
+    corr = (r * r / (1.0 + r * r)) * (pats * pi) @ pats.T  # corr of S, S' for patterns s, s'
+    c = a[:, None] * a[None, :] * corr
+    t, tw = np.polynomial.legendre.leggauss(20)
+    hh, kk = h[:, None], h[None, :]
+    cov = np.zeros_like(c)
+    for tj, wj in zip(t, tw):
+        rho_t = c * (tj + 1.0) / 2.0
+        den = 1.0 - rho_t**2
+        dens = np.exp(-(hh**2 - 2.0 * rho_t * hh * kk + kk**2) / (2.0 * den)) / (2.0 * np.pi * np.sqrt(den))
+        cov += wj * dens * c / 2.0
+    both = live[:, None] & live[None, :]
+    c_bar = float(np.mean(np.where(both, cov, 0.0)))
+    n_pairs = N * (N - 1) / 2.0
+    var_pairs = (v_bar + 2.0 * (N - 2) * c_bar) / n_pairs
+    return AgreementMoments(mean=mean, variance=var_labels + var_pairs, var_labels=var_labels,
+                            var_pairs=var_pairs)
+
+
 def entropy_weight(A: np.ndarray, B: np.ndarray, r: float) -> float:
     """The paper's entropy rule ``w = max(0, (H_AB - H_min(r)) / (1 - H_min(r)))`` (eq. ``w_entropy_rule``).
 
@@ -367,8 +558,9 @@ def entropy_weight(A: np.ndarray, B: np.ndarray, r: float) -> float:
     B : numpy.ndarray
         The client's fresh batch operator (N, N).
     r : float
-        Channel quality in (0, 1] used for the noise floor (known, or estimated with
-        :func:`estimate_quality`).
+        Channel quality in [0, 1] used for the noise floor (known, or estimated with
+        :func:`estimate_quality`). ``r = 0`` gives the limit ``r -> 0+`` of the rule: 0 unless
+        ``p = 1/2`` exactly. Near 0 the rule is ill-conditioned (see the module notes).
 
     Returns
     -------
@@ -515,6 +707,8 @@ def local_spectrum(
         Mv, N = examples.shape
         if N < 2:
             raise ValueError(f"examples must have N >= 2 columns, got shape {examples.shape}")
+        side = min(Mv, N)
+        _check_alloc(side * side, 8, f"min(M, N)^2 = {side}^2 (Gram or operator matrix)")
         if Mv < N:
             # float32 products of +-1 entries are exact integers (N < 2**24)
             X32 = examples.astype(np.float32)
@@ -943,10 +1137,15 @@ class PaperController(WeightController):
     Parameters
     ----------
     r : float, optional
-        Known quality; ``None`` = estimate ``r_hat`` from the batch spectrum
-        (:func:`estimate_quality`), clamped to ``[r_min, 1]`` because the rule is 0/0 at r = 0.
+        Known quality in [0, 1]; ``None`` = estimate ``r_hat`` from the batch spectrum
+        (:func:`estimate_quality`), clamped to ``[r_min, 1]``.
     r_min : float
-        Lower clamp of the estimated quality.
+        Lower clamp of the estimated quality, in [0, 1]. The rule is evaluated stably down to
+        ``r = 0`` (its limit there is ``w = 0``), but below ``r ~ n_pairs^(-1/4)`` its value is
+        decided by the sampling noise of ``p`` (see the module notes): the default 0.1 keeps
+        an estimated quality out of that range, and so a pure-noise client keeps ``w ~ 1``.
+        With ``r_min = 0`` a pure-noise client's ``r_hat ~ 0`` gives ``w = 0``: the paper's
+        attacker collapse, which therefore needs the attacker's own quality.
     alpha, w_init : float
         See :class:`WeightController`.
 
@@ -958,8 +1157,8 @@ class PaperController(WeightController):
     def __init__(self, r: float | None = None, alpha: float = 0.5, w_init: float = 1.0,
                  r_min: float = 0.1) -> None:
         super().__init__(alpha, w_init)
-        self.r = None if r is None else check_quality(r)
-        self.r_min = check_quality(r_min, "r_min")
+        self.r = None if r is None else check_in_range(r, "r", 0.0, 1.0)
+        self.r_min = check_in_range(r_min, "r_min", 0.0, 1.0)
         self.needs_spectrum = self.r is None
 
     def raw(self, A, B, M, spectrum):  # noqa: D102

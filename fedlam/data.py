@@ -57,6 +57,23 @@ PAPER_CLASSES: tuple[str, ...] = ("anchor", "bass", "Motorbikes 16")
 
 _DATA_FILE = Path(__file__).resolve().parent / "datasets" / "caltech101_silhouettes_28.npz"
 
+#: Largest single array (bytes) the data, hopfield, controller and rmt modules allocate
+#: before refusing with a ValueError: 8 GiB. Checked before any work is done.
+MAX_ARRAY_BYTES = 8 * 2**30
+
+
+def _check_alloc(count: int, itemsize: int, what: str) -> None:
+    """Refuse to allocate ``count`` items of ``itemsize`` bytes beyond :data:`MAX_ARRAY_BYTES`.
+
+    ``what`` names the arguments that set the size, e.g. ``"M x N = 1000000 x 400"``.
+    """
+    need = int(count) * int(itemsize)
+    if need > MAX_ARRAY_BYTES:
+        raise ValueError(
+            f"{what} would need an array of {need / 2**30:.1f} GiB, above the limit of "
+            f"{MAX_ARRAY_BYTES / 2**30:.0f} GiB (fedlam.data.MAX_ARRAY_BYTES); reduce the sizes"
+        )
+
 
 # ----------------------------------------------------------------------------------------
 # archetypes
@@ -88,6 +105,7 @@ def random_archetypes(K: int, N: int, rng: np.random.Generator | int) -> np.ndar
     """
     K = check_positive_int(K, "K")
     N = check_positive_int(N, "N", minimum=2)
+    _check_alloc(K * N, 2, f"K x N = {K} x {N}")
     gen = as_rng(rng)
     bits = gen.integers(0, 2, size=(K, N), dtype=np.int8)
     return (2 * bits - 1).astype(np.int8)
@@ -344,6 +362,7 @@ def flip_channel(archetype_rows: np.ndarray, r: float, rng: np.random.Generator 
     rows = archetype_rows.astype(np.int8)
     if rows.size == 0:
         return rows.copy()
+    _check_alloc(rows.size, 8, f"M x N = {rows.shape[0]} x {rows.shape[1]} (uniform draws of the channel)")
     flips = gen.random(rows.shape) < (1.0 - r) / 2.0
     return np.where(flips, -rows, rows).astype(np.int8)
 
@@ -389,6 +408,7 @@ def sample_examples(
     gen = as_rng(rng)
     if M == 0:
         return np.empty((0, N), dtype=np.int8), np.empty((0,), dtype=np.int64)
+    _check_alloc(M * N, 8, f"M x N = {M} x {N} (uniform draws of the channel)")
     labels = gen.choice(K, size=M, p=p).astype(np.int64)
     examples = flip_channel(archetypes[labels], r, gen)
     return examples, labels
@@ -398,7 +418,9 @@ def sample_examples(
 # schedules pi[t, c, mu]
 # ----------------------------------------------------------------------------------------
 def _check_TLK(T: int, L: int, K: int) -> tuple[int, int, int]:
-    return check_positive_int(T, "T"), check_positive_int(L, "L"), check_positive_int(K, "K")
+    T, L, K = check_positive_int(T, "T"), check_positive_int(L, "L"), check_positive_int(K, "K")
+    _check_alloc(T * L * K, 8, f"T x L x K = {T} x {L} x {K}")
+    return T, L, K
 
 
 def static_mixture(T: int, L: int, K: int, pi: np.ndarray | None = None) -> np.ndarray:
@@ -597,6 +619,7 @@ def novelty_ramp(T: int, L: int, K_old: int, K_new: int, t_start: int, ramp: int
         raise ValueError(f"t_start must be < T = {T} (0-based rounds), got {t_start}")
     ramp = check_positive_int(ramp, "ramp")
     K = K_old + K_new
+    _check_alloc(T * L * K, 8, f"T x L x K = {T} x {L} x {K}")
     t = np.arange(T, dtype=np.float64)
     f = np.clip((t - t_start + 1.0) / ramp, 0.0, 1.0)
     w = np.empty((T, K))

@@ -8,7 +8,14 @@ the same matrix with its diagonal removed).
 
 Ties (a local field exactly 0) keep the current spin in every update rule below, so a state
 never changes without lowering the energy (asynchronous) or the two-time Lyapunov function
-(synchronous).
+(synchronous). A computed field counts as a tie when it lies within the worst-case rounding
+error of its floating-point dot product, ``|h_i| <= gamma_N sum_j |J_ij|`` with
+``gamma_N = N u / (1 - N u)`` and ``u`` the unit roundoff (Higham, *Accuracy and Stability
+of Numerical Algorithms*, eq. 3.4): below that bound the sign of the exact field is not
+determined by the computed one. Hebbian couplings make exact ties common (every field is a
+multiple of 1/N, and an even number of patterns can cancel), and without this rule their
+computed sign would depend on the BLAS kernel's summation order. Outside the bound the
+computed sign is the exact sign, so the dynamics is that of exact arithmetic.
 
 Derived in {ref}`sec-hopfield`; Hebb's rule in {ref}`sec-hebb`; capacity in
 {ref}`sec-capacity`.
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlam.data import _check_alloc
 from fedlam._validation import (
     as_rng,
     check_choice,
@@ -98,18 +106,32 @@ def hebbian_patterns(patterns: np.ndarray, zero_diagonal: bool = False) -> np.nd
     check_pm1(patterns, "patterns", ndim=2)
     if not isinstance(zero_diagonal, (bool, np.bool_)):
         raise TypeError(f"zero_diagonal must be a bool, got {type(zero_diagonal).__name__}")
+    N = patterns.shape[1]
+    _check_alloc(N * N, 8, f"N x N = {N} x {N} (coupling matrix)")
     X = patterns.astype(np.float64)
-    N = X.shape[1]
     J = X.T @ X / N
     if zero_diagonal:
         np.fill_diagonal(J, 0.0)
     return J
 
 
-def _sign_keep(h: np.ndarray, current: np.ndarray) -> np.ndarray:
-    """``sgn(h)`` with ties (h == 0) resolved by keeping ``current``."""
+_UNIT_ROUNDOFF = float(np.finfo(np.float64).eps) / 2.0
+
+
+def _tie_tolerance(J: np.ndarray) -> np.ndarray:
+    """Per-neuron bound on the rounding error of a computed field ``h_i = sum_j J_ij s_j``.
+
+    ``gamma_N sum_j |J_ij|`` (any summation order, FMA or not), see the module notes.
+    """
+    n = J.shape[0]
+    gamma = n * _UNIT_ROUNDOFF / (1.0 - n * _UNIT_ROUNDOFF)
+    return gamma * np.abs(J).sum(axis=0)
+
+
+def _sign_keep(h: np.ndarray, current: np.ndarray, tol: np.ndarray | float = 0.0) -> np.ndarray:
+    """``sgn(h)`` with ties (``|h| <= tol``) resolved by keeping ``current``."""
     out = np.sign(h)
-    tie = out == 0
+    tie = np.abs(h) <= tol
     out[tie] = current[tie]
     return out
 
@@ -131,17 +153,21 @@ def sync_step(J: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     """
     check_operator(J, "J")
     S, one_d = _as_states(sigma, J.shape[0])
-    out = _sign_keep(S @ J, S).astype(np.int8)
+    out = _sign_keep(S @ J, S, _tie_tolerance(J)).astype(np.int8)
     return out[0] if one_d else out
 
 
-def _async_sweep_f(J: np.ndarray, S: np.ndarray, order: np.ndarray) -> int:
-    """In-place asynchronous sweep of float states ``S`` (S, N); returns the number of flips."""
+def _async_sweep_f(J: np.ndarray, S: np.ndarray, order: np.ndarray, tol: np.ndarray) -> int:
+    """In-place asynchronous sweep of float states ``S`` (S, N); returns the number of flips.
+
+    ``tol`` is :func:`_tie_tolerance` of ``J`` (fields within it are ties: keep the spin).
+    """
     flips = 0
     for i in order:
         h = S @ J[:, i]
         new = np.sign(h)
-        new[new == 0] = S[new == 0, i]
+        tie = np.abs(h) <= tol[i]
+        new[tie] = S[tie, i]
         changed = new != S[:, i]
         if changed.any():
             flips += int(changed.sum())
@@ -168,7 +194,7 @@ def async_sweep(J: np.ndarray, sigma: np.ndarray, rng: np.random.Generator | int
     check_operator(J, "J")
     gen = as_rng(rng)
     S, one_d = _as_states(sigma, J.shape[0])
-    _async_sweep_f(J, S, gen.permutation(J.shape[0]))
+    _async_sweep_f(J, S, gen.permutation(J.shape[0]), _tie_tolerance(J))
     out = S.astype(np.int8)
     return out[0] if one_d else out
 
@@ -229,13 +255,14 @@ def retrieve(
     check_choice(mode, "mode", ("async", "sync"))
     S, one_d = _as_states(cue, J.shape[0], "cue")
     energies = [-np.einsum("si,si->s", S @ J, S)]
+    tol = _tie_tolerance(J)
     converged = False
     n = 0
     for n in range(1, max_sweeps + 1):
         if mode == "async":
-            flips = _async_sweep_f(J, S, gen.permutation(J.shape[0]))
+            flips = _async_sweep_f(J, S, gen.permutation(J.shape[0]), tol)
         else:
-            new = _sign_keep(S @ J, S)
+            new = _sign_keep(S @ J, S, tol)
             flips = int((new != S).sum())
             S = new
         energies.append(-np.einsum("si,si->s", S @ J, S))
@@ -334,6 +361,7 @@ def retrieval_experiment(
     """
     N = check_positive_int(N, "N", minimum=2)
     K = check_positive_int(K, "K")
+    _check_alloc(max(N * N, 2 * K * N), 8, f"N = {N}, K = {K} (couplings and patterns)")
     gen = as_rng(rng)
     xi = np.where(gen.random((K, N)) < 0.5, -1, 1).astype(np.int8)
     J = hebbian_patterns(xi, zero_diagonal=zero_diagonal)
@@ -413,8 +441,9 @@ def capacity_curve(
         raise ValueError(f"alphas must be a non-empty 1-D numpy array, got {alphas!r}")
     if np.any(~np.isfinite(alphas)) or np.any(alphas <= 0) or np.any(alphas > 1):
         raise ValueError(f"alphas must lie in (0, 1], got {alphas!r}")
-    gen = as_rng(rng)
     Ks = np.maximum(1, np.rint(alphas * N).astype(int))
+    _check_alloc(max(N * N, 2 * int(Ks.max()) * N), 8, f"N = {N}, alpha = {float(alphas.max())} (couplings and patterns)")
+    gen = as_rng(rng)
     mean_m = np.empty(Ks.size)
     frac = np.empty(Ks.size)
     for a, K in enumerate(Ks):

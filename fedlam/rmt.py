@@ -17,19 +17,30 @@ Contents
   :func:`bbp_threshold` ({ref}`sec-bbp-threshold`), :func:`outlier_location`,
   :func:`kappa_from_outlier` ({ref}`sec-bbp-outlier`), :func:`eigvec_overlap`
   ({ref}`sec-bbp-overlap`).
+* Fluctuations of the outliers (class labels a Bernoulli factor): :func:`outlier_variance`,
+  :func:`outlier_covariance` ({ref}`sec-bbp-fluctuations`).
+* Outliers on a heterogeneous bulk (free convolution of the clients' bulks):
+  :func:`free_bulk_edge`, :func:`free_bbp_criterion`, :func:`free_outlier_location`
+  ({ref}`sec-bbp-free`).
+* The blended upload ``(1 - w) A + w B``: :func:`blend_spectrum` ({ref}`sec-ctrl-blend`).
 * Concentration: :func:`bernstein_parameters`, :func:`bernstein_tail`,
-  :func:`bernstein_bound` (Derived in {ref}`sec-concentration`).
+  :func:`bernstein_bound`, :func:`weyl_sufficient_kappa` (Derived in {ref}`sec-concentration`).
+* Fewer examples than neurons (``q > 1``): every closed form here holds for ``q > 1`` too;
+  ``N J`` then has ``N - M`` zero eigenvalues and its non-zero bulk fills
+  ``[sigma2 (sqrt q - 1)^2, sigma2 (1 + sqrt q)^2]`` ({ref}`sec-bbp-q-large`).
 * Edge fluctuations: :func:`tw1_cdf`, :func:`tw1_quantile`,
   :func:`johnstone_center_scale` (Derived in {ref}`sec-mp`).
 
 Scalars in give floats out; numpy arrays in give arrays out (standard broadcasting
-between array arguments of compatible shapes).
+between array arguments of compatible shapes; incompatible shapes raise a ValueError naming
+the arguments).
 """
 
 from __future__ import annotations
 
 import functools
 import numbers
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,9 +57,17 @@ __all__ = [
     "outlier_location",
     "eigvec_overlap",
     "kappa_from_outlier",
+    "outlier_variance",
+    "outlier_covariance",
+    "free_bulk_edge",
+    "free_bbp_criterion",
+    "free_outlier_location",
+    "BlendSpectrum",
+    "blend_spectrum",
     "bernstein_parameters",
     "bernstein_tail",
     "bernstein_bound",
+    "weyl_sufficient_kappa",
     "tw1_cdf",
     "tw1_quantile",
     "TW1_TABLE",
@@ -101,6 +120,20 @@ def _out(res: np.ndarray, scalar: bool) -> float | np.ndarray:
     return float(res) if scalar else res
 
 
+def _broadcast(**named: np.ndarray) -> list[np.ndarray]:
+    """Broadcast array arguments against each other, naming them if their shapes clash.
+
+    numpy's own message ("operands could not be broadcast together") names no argument.
+    """
+    try:
+        return list(np.broadcast_arrays(*named.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} {np.shape(v)}" for k, v in named.items())
+        raise ValueError(
+            f"{', '.join(named)} must broadcast to a common shape (equal or length-1 axes), got shapes {shapes}"
+        ) from None
+
+
 # ----------------------------------------------------------------------------------------
 # Marchenko-Pastur
 # ----------------------------------------------------------------------------------------
@@ -123,6 +156,7 @@ def mp_edges(q: float | np.ndarray, sigma2: float | np.ndarray = 1.0) -> tuple[A
     """
     qa, s1 = _num(q, "q", low=0.0, low_open=True)
     sa, s2 = _num(sigma2, "sigma2", low=0.0, low_open=True)
+    qa, sa = _broadcast(q=qa, sigma2=sa)
     rq = np.sqrt(qa)
     lo = sa * (1.0 - rq) ** 2
     hi = sa * (1.0 + rq) ** 2
@@ -194,7 +228,7 @@ def spike_strength(r: float | np.ndarray, pi: float | np.ndarray, N: int) -> flo
     ra, s1 = _num(r, "r", low=0.0, high=1.0, low_open=True)
     pa, s2 = _num(pi, "pi", low=0.0, high=1.0)
     N = check_positive_int(N, "N", minimum=2)
-    ra, pa = np.broadcast_arrays(ra, pa)
+    ra, pa = _broadcast(r=ra, pi=pa)
     num = N * ra**2 * pa
     den = 1.0 - ra**2
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -211,7 +245,7 @@ def paper_spike_strength(r: float | np.ndarray, pi: float | np.ndarray) -> float
     """
     ra, s1 = _num(r, "r", low=0.0, high=1.0, low_open=True)
     pa, s2 = _num(pi, "pi", low=0.0, high=1.0)
-    ra, pa = np.broadcast_arrays(ra, pa)
+    ra, pa = _broadcast(r=ra, pi=pa)
     den = 1.0 - ra**2
     with np.errstate(divide="ignore", invalid="ignore"):
         k = np.where(pa == 0, 0.0, np.where(den > 0, ra**2 * pa / np.where(den > 0, den, 1.0), np.inf))
@@ -250,7 +284,7 @@ def outlier_location(
     ka, s1 = _num(kappa, "kappa", low=0.0, allow_inf=True)
     qa, s2 = _num(q, "q", low=0.0, low_open=True)
     sa, s3 = _num(sigma2, "sigma2", low=0.0, low_open=True)
-    ka, qa, sa = np.broadcast_arrays(ka, qa, sa)
+    ka, qa, sa = _broadcast(kappa=ka, q=qa, sigma2=sa)
     edge = sa * (1.0 + np.sqrt(qa)) ** 2
     sup = ka > np.sqrt(qa)
     safe_k = np.where(sup, ka, 1.0)
@@ -269,7 +303,7 @@ def eigvec_overlap(kappa: float | np.ndarray, q: float | np.ndarray) -> float | 
     """
     ka, s1 = _num(kappa, "kappa", low=0.0, allow_inf=True)
     qa, s2 = _num(q, "q", low=0.0, low_open=True)
-    ka, qa = np.broadcast_arrays(ka, qa)
+    ka, qa = _broadcast(kappa=ka, q=qa)
     sup = ka > np.sqrt(qa)
     safe_k = np.where(sup, ka, 1.0)
     g = (1.0 - qa / safe_k**2) / (1.0 + qa / safe_k)
@@ -311,7 +345,7 @@ def kappa_from_outlier(
     la, s1 = _num(lam, "lam", low=0.0, allow_inf=True)
     qa, s2 = _num(q, "q", low=0.0, low_open=True)
     sa, s3 = _num(sigma2, "sigma2", low=0.0, low_open=True)
-    la, qa, sa = np.broadcast_arrays(la, qa, sa)
+    la, qa, sa = _broadcast(lam=la, q=qa, sigma2=sa)
     x = la / sa
     b = x - 1.0 - qa
     sup = x > (1.0 + np.sqrt(qa)) ** 2
@@ -320,6 +354,385 @@ def kappa_from_outlier(
         k = np.where(np.isinf(x), np.inf, (b + np.sqrt(np.maximum(disc, 0.0))) / 2.0)
     fill = np.nan if below == "nan" else np.sqrt(qa)
     return _out(np.where(sup, k, fill).astype(np.float64), s1 and s2 and s3)
+
+
+# ----------------------------------------------------------------------------------------
+# fluctuations of the outliers (class labels are a Bernoulli factor)
+# ----------------------------------------------------------------------------------------
+def _outlier_var_units(ka: np.ndarray, qa: np.ndarray, pa: np.ndarray | None) -> np.ndarray:
+    """``M Var(lambda) / sigma2^2`` on the supercritical branch (NaN below the threshold)."""
+    sup = ka > np.sqrt(qa)
+    k = np.where(sup, ka, 1.0)
+    g = 1.0 - qa / k**2
+    ell = 1.0 + k
+    if pa is None:
+        v_quad = 2.0 * ell**2
+    else:
+        p = np.where(pa > 0, pa, 1.0)
+        v_quad = k**2 * (1.0 - p) / p + 4.0 * k + 2.0
+    out = 2.0 * ell**2 * g * (1.0 - g) + g**2 * v_quad
+    return np.where(sup, out, np.nan)
+
+
+def outlier_variance(
+    kappa: float | np.ndarray,
+    q: float | np.ndarray,
+    M: int,
+    sigma2: float | np.ndarray = 1.0,
+    exposure: float | np.ndarray | None = None,
+) -> float | np.ndarray:
+    r"""Variance of an outlier eigenvalue of ``N J`` around :func:`outlier_location`, to order 1/M.
+
+    Write an example's component along the spike direction as ``s = <u, eta>`` and the
+    rest as noise. The outlier is, to first order, ``g`` times the sample mean of ``s^2``
+    plus a noise part, with ``g = d lambda_out / d(sigma2 (1 + kappa)) = 1 - q / kappa^2``:
+
+        M Var(lambda) / sigma2^2 = 2 (1 + kappa)^2 g (1 - g) + g^2 Var(s^2) / sigma2^2.
+
+    For a Gaussian spike ``Var(s^2) = 2 sigma2^2 (1 + kappa)^2`` and the formula is the
+    classical ``2 (1 + kappa)^2 (1 - q / kappa^2)`` of Paul (2007, Thm. 3)
+    {cite:p}`paul2007`. In the Hebbian model the class label is a Bernoulli factor,
+    ``s = sqrt(N) r B + e`` with ``B ~ Bernoulli(pi)`` and ``e`` of variance ``sigma2``, so
+
+        Var(s^2) / sigma2^2 = kappa^2 (1 - pi) / pi + 4 kappa + 2,
+
+    larger than the Gaussian value when ``pi < 1/3`` and smaller when ``pi > 1/3`` (a single
+    class, ``pi = 1``, fluctuates only through its channel noise). Derived in
+    {ref}`sec-bbp-fluctuations`.
+
+    Parameters
+    ----------
+    kappa : float or numpy.ndarray
+        Spike strength(s), >= 0; ``kappa <= sqrt(q)`` (no outlier) gives NaN.
+    q : float or numpy.ndarray
+        Aspect ratio N / M, > 0.
+    M : int
+        Number of examples, >= 1.
+    sigma2 : float or numpy.ndarray
+        Bulk variance, > 0.
+    exposure : float or numpy.ndarray, optional
+        Class weight pi in (0, 1] of the spike (Hebbian model); ``None`` = Gaussian spike.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Variance of the eigenvalue (units of ``N J``).
+    """
+    ka, s1 = _num(kappa, "kappa", low=0.0)
+    qa, s2 = _num(q, "q", low=0.0, low_open=True)
+    sa, s3 = _num(sigma2, "sigma2", low=0.0, low_open=True)
+    M = check_positive_int(M, "M")
+    if exposure is None:
+        ka, qa, sa = _broadcast(kappa=ka, q=qa, sigma2=sa)
+        pa, s4 = None, True
+    else:
+        pa, s4 = _num(exposure, "exposure", low=0.0, high=1.0, low_open=True)
+        ka, qa, sa, pa = _broadcast(kappa=ka, q=qa, sigma2=sa, exposure=pa)
+    out = sa**2 * _outlier_var_units(ka, qa, pa) / M
+    return _out(out, s1 and s2 and s3 and s4)
+
+
+def outlier_covariance(
+    kappa: np.ndarray, exposure: np.ndarray, q: float, M: int, sigma2: float = 1.0
+) -> np.ndarray:
+    r"""Covariance matrix of the K outlier eigenvalues of one class mixture, to order 1/M.
+
+    The diagonal is :func:`outlier_variance` with the Bernoulli label factor. The class
+    counts of a batch are multinomial, ``Cov(B_mu, B_nu) = -pi_mu pi_nu``, so two outliers
+    move in opposite directions:
+
+        M Cov(lambda_mu, lambda_nu) / sigma2^2 = - g_mu g_nu kappa_mu kappa_nu,   mu != nu,
+
+    with ``g = 1 - q / kappa^2``; the noise parts of distinct spikes are independent at this
+    order. (Check: with ``kappa_mu = c pi_mu`` the label parts of the sum of the outliers
+    cancel, as they must, since ``sum_mu B_mu = 1``.) Spikes below the threshold get NaN
+    rows and columns. Derived in {ref}`sec-bbp-fluctuations`.
+
+    Parameters
+    ----------
+    kappa : numpy.ndarray
+        (K,) spike strengths >= 0.
+    exposure : numpy.ndarray
+        (K,) class weights in (0, 1], summing to at most 1.
+    q : float
+        Aspect ratio N / M, > 0.
+    M : int
+        Number of examples, >= 1.
+    sigma2 : float
+        Bulk variance, > 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        (K, K) covariance (units of ``N J`` squared).
+    """
+    if not isinstance(kappa, np.ndarray) or kappa.ndim != 1 or kappa.size == 0:
+        raise ValueError(f"kappa must be a non-empty 1-D numpy array, got {_describe(kappa)}")
+    if not isinstance(exposure, np.ndarray) or exposure.shape != kappa.shape:
+        raise ValueError(
+            f"exposure must be a numpy array of the same shape as kappa {kappa.shape}, got {_describe(exposure)}"
+        )
+    ka, _ = _num(kappa, "kappa", low=0.0)
+    pa, _ = _num(exposure, "exposure", low=0.0, high=1.0, low_open=True)
+    if pa.sum() > 1.0 + 1e-9:
+        raise ValueError(f"exposure must sum to at most 1 (classes of one mixture), got sum {pa.sum()!r}")
+    q = check_in_range(q, "q", low=0.0, low_open=True)
+    sigma2 = check_in_range(sigma2, "sigma2", low=0.0, low_open=True)
+    M = check_positive_int(M, "M")
+    sup = ka > np.sqrt(q)
+    k = np.where(sup, ka, 1.0)
+    g = 1.0 - q / k**2
+    cov = -np.outer(g * k, g * k)
+    np.fill_diagonal(cov, _outlier_var_units(ka, np.full_like(ka, q), pa))
+    cov[~sup, :] = np.nan
+    cov[:, ~sup] = np.nan
+    return sigma2**2 * cov / M
+
+
+# ----------------------------------------------------------------------------------------
+# outliers on a heterogeneous (free-convolution) bulk
+# ----------------------------------------------------------------------------------------
+def _free_components(scales: Any, ratios: Any) -> tuple[np.ndarray, np.ndarray]:
+    for name, x in (("scales", scales), ("ratios", ratios)):
+        if not isinstance(x, np.ndarray) or x.ndim != 1 or x.size == 0:
+            raise ValueError(f"{name} must be a non-empty 1-D numpy array, got {_describe(x)}")
+    if scales.shape != ratios.shape:
+        raise ValueError(f"scales and ratios must have the same shape, got {scales.shape} and {ratios.shape}")
+    a, _ = _num(scales, "scales", low=0.0)
+    c, _ = _num(ratios, "ratios", low=0.0, low_open=True)
+    if not np.any(a > 0):
+        raise ValueError("scales must contain at least one positive entry (an all-zero bulk has no edge)")
+    return a, c
+
+
+def _free_edge_G(a: np.ndarray, c: np.ndarray) -> float:
+    """Minimiser G_e of ``x(G) = 1/G + sum a / (1 - a c G)`` on (0, 1 / max(a c))."""
+    live = a > 0
+    a, c = a[live], c[live]
+    top = float(np.max(a * c))
+
+    def dx(G: float) -> float:
+        return -1.0 / G**2 + float(np.sum(a * a * c / (1.0 - a * c * G) ** 2))
+
+    lo, hi = 1e-9 / top, (1.0 - 1e-12) / top
+    while dx(lo) > 0:  # pragma: no cover - only for absurd dynamic ranges
+        lo /= 1e3
+    return float(optimize.brentq(dx, lo, hi, xtol=1e-15 / top, rtol=1e-14, maxiter=500))
+
+
+def _free_x(G: float, a: np.ndarray, c: np.ndarray) -> float:
+    return 1.0 / G + float(np.sum(a / (1.0 - a * c * G)))
+
+
+def free_bulk_edge(scales: np.ndarray, ratios: np.ndarray) -> float:
+    r"""Right edge of the free additive convolution of scaled Marchenko-Pastur laws.
+
+    Component c is the bulk of ``a_c`` times a white sample covariance of ratio ``q_c``
+    (R-transform ``a_c / (1 - a_c q_c G)``); the edge is the minimum over
+    ``0 < G < 1 / max_c a_c q_c`` of ``x(G) = 1/G + sum_c a_c / (1 - a_c q_c G)``. One
+    component gives ``a (1 + sqrt q)^2``. An implementation independent of
+    :func:`fedlam.spectral.free_mp_edge` (which fits the components from uploads); the
+    tests check that they agree. Derived in {ref}`sec-bbp-free`.
+
+    Parameters
+    ----------
+    scales : numpy.ndarray
+        (C,) bulk scales ``a_c >= 0`` (eigenvalue units of the sum; at least one > 0).
+    ratios : numpy.ndarray
+        (C,) aspect ratios ``q_c = N / M_c > 0``.
+
+    Returns
+    -------
+    float
+    """
+    a, c = _free_components(scales, ratios)
+    live = a > 0
+    return _free_x(_free_edge_G(a, c), a[live], c[live])
+
+
+def _free_strengths(strengths: Any, C: int) -> tuple[np.ndarray, bool]:
+    if not isinstance(strengths, np.ndarray) or strengths.ndim not in (1, 2) or strengths.shape[-1] != C:
+        raise ValueError(
+            f"strengths must be a numpy array of shape (C,) or (K, C) with C = {C} components, "
+            f"got {_describe(strengths)}"
+        )
+    t, _ = _num(strengths, "strengths", low=0.0)
+    return np.atleast_2d(t), strengths.ndim == 1
+
+
+def free_bbp_criterion(strengths: np.ndarray, scales: np.ndarray, ratios: np.ndarray) -> float | np.ndarray:
+    r"""BBP criterion of a spike on a heterogeneous bulk: an outlier exists iff the value exceeds 1.
+
+    Component c contributes a bulk of scale ``a_c`` and ratio ``q_c`` and, along the
+    spike direction, a population excess ``t_c = a_c kappa_c`` (for client c of a server
+    mean of L uploads with blend weight ``w_c``: ``a_c = w_c (1 - r_c^2) / L`` and
+    ``t_c = w_c N r_c^2 pi_c / L``). The outlier solves ``1/G = sum_c t_c / (1 - a_c q_c G)``,
+    which has a root below the edge point ``G_e`` iff
+
+        sum_c t_c G_e / (1 - a_c q_c G_e) > 1.
+
+    One component gives ``kappa / sqrt(q)``: the classical threshold. Derived in
+    {ref}`sec-bbp-free`.
+
+    Parameters
+    ----------
+    strengths : numpy.ndarray
+        (C,) or (K, C) excesses ``t_c >= 0`` of one spike (or K spikes) per component.
+    scales, ratios : numpy.ndarray
+        (C,) components, see :func:`free_bulk_edge`.
+
+    Returns
+    -------
+    float or numpy.ndarray (K,)
+    """
+    a, c = _free_components(scales, ratios)
+    t, one = _free_strengths(strengths, a.size)
+    Ge = _free_edge_G(a, c)
+    val = (t / (1.0 - a * c * Ge)).sum(axis=1) * Ge
+    return float(val[0]) if one else val
+
+
+def free_outlier_location(strengths: np.ndarray, scales: np.ndarray, ratios: np.ndarray) -> float | np.ndarray:
+    r"""Location of the outlier a spike produces on a heterogeneous (free-convolution) bulk.
+
+    With ``G*`` the root of ``1/G = sum_c t_c / (1 - a_c q_c G)`` on ``(0, G_e)``, the outlier
+    sits at ``x(G*) = 1/G* + sum_c a_c / (1 - a_c q_c G*)``; below the criterion of
+    :func:`free_bbp_criterion` the spike makes no outlier and the bulk edge is returned
+    (as :func:`outlier_location` does). One component gives
+    ``a (1 + kappa)(1 + q / kappa)``. Derived in {ref}`sec-bbp-free` (Schur complement on the
+    spike direction and the companion resolvent of the weighted sample covariance).
+
+    Parameters
+    ----------
+    strengths : numpy.ndarray
+        (C,) or (K, C) excesses ``t_c >= 0``, see :func:`free_bbp_criterion`.
+    scales, ratios : numpy.ndarray
+        (C,) components, see :func:`free_bulk_edge`.
+
+    Returns
+    -------
+    float or numpy.ndarray (K,)
+    """
+    a, c = _free_components(scales, ratios)
+    t, one = _free_strengths(strengths, a.size)
+    Ge = _free_edge_G(a, c)
+    live = a > 0
+    edge = _free_x(Ge, a[live], c[live])
+    out = np.empty(t.shape[0])
+    for k, tk in enumerate(t):
+
+        def F(G: float, tk: np.ndarray = tk) -> float:
+            return 1.0 / G - float(np.sum(tk / (1.0 - a * c * G)))
+
+        if F(Ge) >= 0.0:
+            out[k] = edge
+            continue
+        lo = Ge
+        while F(lo) <= 0.0:
+            lo /= 2.0
+        G = float(optimize.brentq(F, lo, Ge, xtol=1e-15 * Ge, rtol=1e-14, maxiter=500))
+        out[k] = _free_x(G, a[live], c[live])
+    return float(out[0]) if one else out
+
+
+# ----------------------------------------------------------------------------------------
+# the blended upload (1 - w) A + w B
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlendSpectrum:
+    """Predicted spectrum of ``N J_c`` for a blended upload (see :func:`blend_spectrum`).
+
+    Attributes
+    ----------
+    held : numpy.ndarray
+        Eigenvalues along the K_held broadcast directions.
+    new : numpy.ndarray
+        Outliers of the novel spikes (the bulk edge where a spike is subcritical).
+    edge : float
+        Right edge of the bulk.
+    low_edge : float
+        Left edge of the non-zero bulk.
+    diagonal : float
+        Every diagonal entry of ``N J_c`` (exact): ``(1 - w) K_held + w``.
+    """
+
+    held: np.ndarray
+    new: np.ndarray
+    edge: float
+    low_edge: float
+    diagonal: float
+
+
+def blend_spectrum(
+    w: float,
+    N: int,
+    M: int,
+    sigma2: float,
+    kappa_held: np.ndarray | None = None,
+    kappa_new: np.ndarray | None = None,
+) -> BlendSpectrum:
+    r"""Spectrum of the blended upload ``N J_c = (1 - w) N A + w N B`` (paper eq. ``convex_comb``).
+
+    ``A = X^T X / N`` is the broadcast of K_held orthogonal +-1 patterns (``N A`` has the
+    eigenvalue N on their span), ``B`` the client's Hebbian operator of M examples of bulk
+    variance ``sigma2``, with spike strengths ``kappa_held`` along the broadcast directions
+    (0 for a held class absent from the batch) and ``kappa_new`` along directions
+    orthogonal to them. With ``P`` the projector off the broadcast span:
+
+    * the compression ``P N B P`` is exactly ``sigma2`` times a white sample covariance in
+      dimension ``N - K_held`` plus the novel spikes, so the bulk is ``w sigma2`` times a
+      Marchenko-Pastur law of ratio ``q' = (N - K_held)/M`` and a novel spike makes the
+      outlier ``w lambda_out(kappa, q', sigma2)`` iff ``kappa > sqrt(q')``: blending scales
+      spike and bulk alike and does not change what one upload can show;
+    * along a held direction u (second-order perturbation, valid when ``(1 - w) N`` is large
+      against ``w ||N B||``): ``(1 - w) N + w sigma2 (1 + kappa) + w^2 sigma2^2 (1 + kappa)
+      q' / ((1 - w) N)``;
+    * exactly, every diagonal entry is ``(1 - w) K_held + w``.
+
+    ``w = 1`` is B alone (held spikes become ordinary BBP outliers of ratio N / M). Derived
+    in {ref}`sec-ctrl-blend`.
+
+    Parameters
+    ----------
+    w : float
+        Blend weight in [0, 1].
+    N, M : int
+        Neurons (>= 2) and batch size (>= 1).
+    sigma2 : float
+        Bulk variance of the batch, > 0.
+    kappa_held, kappa_new : numpy.ndarray, optional
+        1-D spike strengths >= 0 (default: none).
+
+    Returns
+    -------
+    BlendSpectrum
+    """
+    w = check_in_range(w, "w", 0.0, 1.0)
+    N = check_positive_int(N, "N", minimum=2)
+    M = check_positive_int(M, "M")
+    sigma2 = check_in_range(sigma2, "sigma2", low=0.0, low_open=True)
+    kh, kn = [], []
+    for name, x, dest in (("kappa_held", kappa_held, kh), ("kappa_new", kappa_new, kn)):
+        if x is None:
+            dest.append(np.empty(0))
+            continue
+        if not isinstance(x, np.ndarray) or x.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D numpy array, got {_describe(x)}")
+        dest.append(_num(x, name, low=0.0)[0])
+    kh_a, kn_a = kh[0], kn[0]
+    if kh_a.size + kn_a.size >= N:
+        raise ValueError(f"kappa_held and kappa_new must hold fewer than N = {N} spikes, got {kh_a.size + kn_a.size}")
+    if w == 1.0:
+        q1 = N / M
+        held = np.asarray(outlier_location(kh_a, q1, sigma2), dtype=np.float64)
+        qp = q1
+    else:
+        qp = (N - kh_a.size) / M
+        held = (1.0 - w) * N + w * sigma2 * (1.0 + kh_a) + w**2 * sigma2**2 * (1.0 + kh_a) * qp / ((1.0 - w) * N)
+    new = w * np.asarray(outlier_location(kn_a, qp, sigma2), dtype=np.float64)
+    lo, hi = mp_edges(qp, w * sigma2) if w > 0 else (0.0, 0.0)
+    return BlendSpectrum(held=held, new=new, edge=float(hi), low_edge=float(lo),
+                         diagonal=(1.0 - w) * kh_a.size + w)
 
 
 # ----------------------------------------------------------------------------------------
@@ -470,6 +883,61 @@ def bernstein_bound(
     ell = np.log(2.0 * N / delta)
     a = L * ell / 3.0
     return float(a + np.sqrt(a * a + 2.0 * v * ell))
+
+
+def weyl_sufficient_kappa(N: int, M: int, delta: float = 0.05, sigma2: float = 1.0) -> float:
+    r"""Smallest spike strength that concentration alone certifies as visible (Weyl's inequality).
+
+    By Weyl's inequality every eigenvalue of ``N J`` lies within ``||N J - E[N J]||`` of
+    the matching eigenvalue of ``E[N J]``; a spike whose gap ``sigma2 kappa`` exceeds twice
+    the Bernstein deviation :func:`bernstein_bound` therefore stands out of the bulk with
+    probability >= 1 - delta. The deviation itself grows with the spike: the variance proxy
+    contains ``lambda_1 (N - lambda_1) / M`` with ``lambda_1 = sigma2 (1 + kappa)``. So the
+    condition is the self-consistent ``sigma2 kappa >= 2 t_delta(kappa)``, solved here for
+    one spike along an archetype direction (orthogonal case), i.e. with
+
+        v(kappa) = max(sigma2 (N - sigma2), lambda_1 (N - lambda_1)) / M,
+        t_delta = q ell / 3 + sqrt((q ell / 3)^2 + 2 v ell),   ell = log(2 N / delta).
+
+    Compare with the BBP threshold ``sqrt(q)``. Derived in {ref}`sec-concentration`.
+
+    Parameters
+    ----------
+    N, M : int
+        Dimension (>= 2) and number of examples (>= 1).
+    delta : float
+        Failure probability in (0, 1).
+    sigma2 : float
+        Bulk variance in (0, 1] (``1 - r^2``).
+
+    Returns
+    -------
+    float
+        The smallest such kappa (``inf`` if even the largest possible spike is not certified).
+    """
+    N = check_positive_int(N, "N", minimum=2)
+    M = check_positive_int(M, "M")
+    delta = check_in_range(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
+    sigma2 = check_in_range(sigma2, "sigma2", 0.0, 1.0, low_open=True)
+    q = N / M
+    ell = float(np.log(2.0 * N / delta))
+    a = q * ell / 3.0
+
+    def gap(k: float) -> float:
+        lam1 = min(sigma2 * (1.0 + k), float(N))
+        v = max(sigma2 * (N - sigma2), lam1 * (N - lam1)) / M
+        return sigma2 * k - 2.0 * (a + np.sqrt(a * a + 2.0 * v * ell))
+
+    k_max = N / sigma2 - 1.0
+    grid = np.geomspace(1e-6, k_max, 2000)
+    vals = np.array([gap(float(k)) for k in grid])
+    ok = np.flatnonzero(vals >= 0)
+    if ok.size == 0:
+        return float("inf")
+    i = int(ok[0])
+    if i == 0:
+        return float(grid[0])
+    return float(optimize.brentq(gap, float(grid[i - 1]), float(grid[i]), xtol=1e-12, rtol=1e-12))
 
 
 # ----------------------------------------------------------------------------------------

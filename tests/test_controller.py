@@ -78,20 +78,109 @@ def test_sign_agreement_ties_count_half():
 
 
 # ---------------------------------------------------------------- pure-noise client
+def _deficit_exact(x: float) -> float:
+    """1 - h2(1/2 + x) in bits, straight from the definition (no shared code)."""
+    p = 0.5 + x
+    return 1.0 + p * math.log2(p) + (1 - p) * math.log2(1 - p)
+
+
+def test_noise_bound_dominates_the_exact_rule():
+    """The bound of noise_client_paper_bound is >= the exact 1 - w at the deviation it allows,
+    and within its own factor 1/(1 - 4 delta^2) of the leading-order (2 delta)^2 term."""
+    for n, r, ns in ((400, 0.9, 10.0), (100, 0.5, 3.0), (1000, 0.8, 5.0)):
+        bound = C.noise_client_paper_bound(n, r, n_sigma=ns)
+        delta = ns / (2 * math.sqrt(n * (n - 1) / 2))
+        exact = _deficit_exact(delta) / _deficit_exact((r * r) / 2)  # 1 - w at p = 1/2 + delta
+        assert exact <= bound <= exact / (1 - 4 * delta**2) ** 2 + 1e-15
+        assert C.paper_weight(0.5 + delta, r) == pytest.approx(1 - exact, abs=1e-12)
+
+
 def test_paper_rule_trusts_pure_noise(world):
-    """The paper's rule gives a pure-noise client w ~ 1 (derived bound, 10 sigma)."""
+    """The paper's rule with an honest client's quality gives a pure-noise client w ~ 1."""
     B = hebbian(world["noise"])
     bound = C.noise_client_paper_bound(N, R, n_sigma=10.0)
-    assert bound < 2e-3  # 1.65e-3 at N = 400, r = 0.9
-    w = C.entropy_weight(world["A"], B, R)
-    assert w >= 1.0 - bound
     terms = C.paper_terms(world["A"], B, R)
-    assert abs(terms["p"] - 0.5) <= 10 / (2 * math.sqrt(N * (N - 1) / 2))
-    # with its own estimated quality (r_hat ~ 0, clamped to r_min = 0.1) it is still ~ 1
+    delta = terms["p"] - 0.5
+    sd = 1 / (2 * math.sqrt(N * (N - 1) / 2))
+    assert abs(delta) <= 10 * sd
+    assert terms["w"] >= 1.0 - bound
+    assert C.entropy_weight(world["A"], B, R) == terms["w"]
+
+
+@pytest.mark.slow
+def test_noise_bound_holds_across_batches():
+    """Chebyshev allows a fraction 1/n_sigma^2 of batches below 1 - bound; p is a mean of
+    1770 nearly independent pair scores, so the fraction is ~2 Phi(-3) = 0.0027 at n_sigma = 3.
+    200 batches: P(count >= 5 | 0.0027) < 0.002."""
+    rng = np.random.default_rng(17)
+    n, m, r = 60, 80, 0.9
+    A = pattern_operator(random_archetypes(3, n, 5))
+    bound = C.noise_client_paper_bound(n, r, n_sigma=3.0)
+    low = sum(C.entropy_weight(A, hebbian(rng.choice(np.array([-1, 1], dtype=np.int8), size=(m, n))), r) < 1 - bound
+              for _ in range(200))
+    assert low <= 4
+
+
+def test_paper_rule_with_own_quality_collapses(world):
+    """The attacker collapse: the rule with the client's own r ~ 0 gives w = 0 (limit r -> 0+)."""
+    B = hebbian(world["noise"])
+    p = C.sign_agreement(world["A"], B)
+    assert p != 0.5
+    assert C.entropy_weight(world["A"], B, 0.0) == 0.0
+    assert C.paper_terms(world["A"], B, 0.0)["w_unclipped"] == -math.inf
+    assert C.paper_weight(0.5, 0.0) == 1.0  # the limit at p = 1/2 exactly
+    # leading order: 1 - w = (2 delta)^2 / r^4 (1 + O(r^4 + delta^2)); exact to 1e-3 here
+    for r in (0.2, 0.1):
+        w = C.paper_weight(p, r)
+        lead = (2 * (p - 0.5)) ** 2 / r**4
+        assert (1 - w) == pytest.approx(lead, rel=1e-3)
+    # below r ~ n_pairs^(-1/4) * sqrt(|2 delta| sqrt(n_pairs)) the weight is clipped to 0
+    r_star = math.sqrt(2 * abs(p - 0.5))
+    assert C.paper_weight(p, 0.99 * r_star) == 0.0 and C.paper_weight(p, 1.01 * r_star) > 0.0
+    # the stable evaluation agrees with the textbook formula where that is accurate
+    for pp in (0.3, 0.62, 0.9):
+        for rr in (0.3, 0.7, 0.95):
+            naive = max(0.0, min(1.0, (C.binary_entropy(pp) - C.h_min(rr)) / (1 - C.h_min(rr))))
+            assert C.paper_weight(pp, rr) == pytest.approx(naive, abs=1e-12)
+    # the controller: with r_min = 0.1 (default) the estimated r_hat = 0 is clamped and the
+    # noise client keeps a high weight; with r_min = 0 ten rounds at alpha = 0.5 give 0.5^10
     ctrl = C.PaperController(r=None, alpha=1.0)
     w_est = ctrl.update(world["A"], B, M)
-    assert ctrl.last.details["r_hat"] < 0.1
-    assert w_est >= 1.0 - C.noise_client_paper_bound(N, 0.1, n_sigma=10.0)
+    assert ctrl.last.details["r_hat"] < 0.05 and ctrl.last.r_used == 0.1
+    assert w_est == pytest.approx(C.paper_weight(p, 0.1), abs=1e-15)
+    own = C.PaperController(r=None, alpha=0.5, r_min=0.0)
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        Bn = hebbian(rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, N)))
+        w_own = own.update(world["A"], Bn, M)
+    assert w_own == 0.5**10
+
+
+def test_docstring_table_is_reproduced():
+    """The numbers in the module docstring of fedlam.controller (seed 2024)."""
+    rng = np.random.default_rng(2024)
+    n, m, k, r = 400, 300, 3, 0.9
+    xi4 = random_archetypes(k + 1, n, rng)
+    A = pattern_operator(xi4[:k])
+    noise = hebbian(np.where(rng.random((m, n)) < 0.5, 1, -1).astype(np.int8))
+    honest = hebbian(sample_examples(xi4[:k], m, r, np.full(k, 1 / k), rng)[0])
+    shift = hebbian(sample_examples(xi4, m, r, np.array([0.2, 0.2, 0.2, 0.4]), rng)[0])
+    only_new = hebbian(sample_examples(xi4[k:], m, r, np.ones(1), rng)[0])
+    p = C.sign_agreement(A, noise)
+    assert round(p, 5) == 0.49835 and round(C.paper_weight(p, 0.9), 5) == 0.99999
+    assert [round(C.paper_weight(p, rr), 3) for rr in (0.1, 0.05, 0.0)] == [0.891, 0.0, 0.0]
+    assert C.novelty_weight(A, noise, m) == 0.0
+    assert C.sign_agreement(A, honest) == 1.0 and C.entropy_weight(A, honest, r) == 0.0
+    a = C.novelty_assessment(A, honest, m)
+    assert round(a.novelty, 3) == 0.0 and round(a.w, 3) == 0.1
+    assert round(C.sign_agreement(A, shift), 3) == 0.624 and round(C.entropy_weight(A, shift, r), 3) == 0.919
+    a = C.novelty_assessment(A, shift, m)
+    assert (round(a.novelty, 3), round(a.w, 3)) == (0.422, 0.48)
+    assert round(C.entropy_weight(A, only_new, r), 5) == 0.99998 and round(C.novelty_weight(A, only_new, m), 3) == 1.0
+    Z = np.zeros((n, n))
+    assert [C.entropy_weight(Z, honest, r), C.entropy_weight(Z, noise, r)] == [1.0, 1.0]
+    assert [C.novelty_weight(Z, honest, m), C.novelty_weight(Z, noise, m)] == [1.0, 0.0]
+    assert round(C.estimate_quality(honest, m), 3) == 0.901 and C.estimate_quality(noise, m) == 0.0
 
 
 def test_novelty_rule_rejects_pure_noise(world):
@@ -104,16 +193,20 @@ def test_novelty_rule_rejects_pure_noise(world):
     assert ctrl.state == 1.0  # gate does not move the smoothed state
 
 
-def test_noise_false_detection_rare():
-    """0.999 Tracy-Widom margin: 30 pure-noise batches, no false detection."""
+@pytest.mark.slow
+def test_noise_false_detection_rate():
+    """0.999 Tracy-Widom margin: false detections on 3000 pure-noise batches (N = 60, M = 120).
+
+    At the nominal rate 1e-3 the count is Poisson(3); at 1e-2 it would be Poisson(30).
+    Accept at most 9: P(count >= 10 | 3) = 0.0011, P(count <= 9 | 30) < 1e-5.
+    """
     rng = np.random.default_rng(7)
-    n, m = 200, 150
-    A = np.zeros((n, n))
+    n, m = 60, 120
     hits = 0
-    for _ in range(30):
+    for _ in range(3000):
         X = rng.choice(np.array([-1, 1], dtype=np.int8), size=(m, n))
-        hits += C.novelty_assessment(A, spectrum=C.local_spectrum(X)).detected
-    assert hits == 0
+        hits += C.fit_bulk(C.local_spectrum(X)).n_outliers > 0
+    assert hits <= 9
 
 
 # ---------------------------------------------------------------- honest client
@@ -222,7 +315,9 @@ def test_bad_inputs(world):
     with pytest.raises(ValueError, match="B must be finite"):
         C.entropy_weight(A, nanB, R)
     with pytest.raises(ValueError, match="r must lie in"):
-        C.entropy_weight(A, B, 0.0)
+        C.entropy_weight(A, B, -0.1)
+    with pytest.raises(ValueError, match="r_min must lie in"):
+        C.PaperController(r_min=1.5)
     with pytest.raises(ValueError, match="r must lie in"):
         C.h_min(1.5)
     with pytest.raises(ValueError, match="p must lie in"):
@@ -275,3 +370,52 @@ def test_expected_sign_agreement_closed_form_matches_simulation_and_limits():
         C.expected_sign_agreement(r, 5, np.array([0.5, 0.6]))
     with pytest.raises(ValueError, match="p must lie in"):
         C.paper_weight(1.5, r)
+
+
+# ---------------------------------------------------------------- variance of the agreement
+def test_sign_agreement_moments_limits():
+    # pure noise limit: var = (1 - P(S = 0)) / (4 n_pairs), nothing from the labels; a tie
+    # S = 0 (possible for even M) scores 1/2 and removes variance
+    n = 200
+    mom = C.sign_agreement_moments(1e-4, 101, np.full(3, 1 / 3), n)
+    assert mom.var_labels < 1e-20
+    assert mom.variance == pytest.approx(1 / (4 * n * (n - 1) / 2), rel=1e-6)
+    p0 = math.comb(100, 50) / 2**100
+    mom = C.sign_agreement_moments(1e-4, 100, np.full(3, 1 / 3), n)
+    assert mom.variance == pytest.approx((1 - p0) / (4 * n * (n - 1) / 2), rel=1e-6)
+    assert mom.sd == pytest.approx(math.sqrt(mom.variance))
+    # mean is the exact closed form
+    assert mom.mean == C.expected_sign_agreement(1e-4, 100, np.full(3, 1 / 3))
+    with pytest.raises(ValueError, match="at most 6 archetypes"):
+        C.sign_agreement_moments(0.5, 10, np.full(7, 1 / 7), 50)
+    with pytest.raises(ValueError, match="N must be >= 3"):
+        C.sign_agreement_moments(0.5, 10, np.full(2, 0.5), 2)
+    with pytest.raises(ValueError, match="memory must be <= K"):
+        C.sign_agreement_moments(0.5, 10, np.full(2, 0.5), 20, memory=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "r,Mb,pi,memory",
+    [
+        (0.9, 100, np.full(4, 0.25), 3),   # ties m(s) = 0: the labels dominate
+        (0.5, 31, np.full(3, 1 / 3), None),  # the pairs dominate (shared neurons matter)
+        (0.7, 50, np.array([0.5, 0.3, 0.2]), None),
+    ],
+)
+def test_sign_agreement_moments_match_simulation(r, Mb, pi, memory):
+    """sd of p over 300 batches (fixed archetypes, N = 100) within 4 standard errors of the
+    prediction (sd of a sample sd: 1/sqrt(2 (n - 1)) relative). The model of independent
+    pairs, sd = sqrt(mean rho (1 - rho) / n_pairs), must be rejected in every case."""
+    n, reps = 100, 300
+    rng = np.random.default_rng(23)
+    K = pi.size
+    xi = random_archetypes(K, n, rng)
+    A = pattern_operator(xi[: (memory or K)])
+    ps = np.array([C.sign_agreement(A, hebbian(sample_examples(xi, Mb, r, pi, rng)[0])) for _ in range(reps)])
+    mom = C.sign_agreement_moments(r, Mb, pi, n, memory)
+    tol = 4 / np.sqrt(2 * (reps - 1))
+    assert abs(ps.std(ddof=1) / mom.sd - 1) < tol
+    assert abs(ps.mean() - mom.mean) < 5 * mom.sd / np.sqrt(reps) + 0.01  # 0.01: O(1/N) pattern frequencies
+    indep = math.sqrt(mom.mean * (1 - mom.mean) / (n * (n - 1) / 2))
+    assert abs(ps.std(ddof=1) / indep - 1) > tol

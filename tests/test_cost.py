@@ -51,18 +51,18 @@ def test_default_seeds_match_lam_params_rule():
 
 
 @pytest.mark.parametrize(
-    "kwargs, exc",
+    "kwargs, exc, match",
     [
-        (dict(N=1, M=10, K_hat=1), ValueError),
-        (dict(N=10.0, M=10, K_hat=1), TypeError),
-        (dict(N=10, M=0, K_hat=1), ValueError),
-        (dict(N=10, M=10, K_hat=-1), ValueError),
-        (dict(N=10, M=10, K_hat=1, eigh_constant=0.0), ValueError),
-        (dict(N=10, M=10, K_hat=1, layers=True), TypeError),
+        (dict(N=1, M=10, K_hat=1), ValueError, "N must be >= 2, got 1"),
+        (dict(N=10.0, M=10, K_hat=1), TypeError, "N must be an int, got float 10.0"),
+        (dict(N=10, M=0, K_hat=1), ValueError, "M must be >= 1, got 0"),
+        (dict(N=10, M=10, K_hat=-1), ValueError, "K_hat must be >= 0, got -1"),
+        (dict(N=10, M=10, K_hat=1, eigh_constant=0.0), ValueError, "eigh_constant must be > 0"),
+        (dict(N=10, M=10, K_hat=1, layers=True), TypeError, "layers must be an int, got bool True"),
     ],
 )
-def test_bad_input(kwargs, exc):
-    with pytest.raises(exc):
+def test_bad_input(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
         cost.round_cost(**kwargs)
 
 
@@ -77,9 +77,9 @@ def test_total_cost_validation():
 def test_loglog_slope_recovers_exponent():
     x = np.array([100.0, 200.0, 400.0, 800.0])
     assert cost.loglog_slope(x, 3.0 * x**2.5) == pytest.approx(2.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need at least 2 points"):
         cost.loglog_slope([1.0], [1.0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be finite and > 0"):
         cost.loglog_slope([1.0, 2.0], [1.0, -1.0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="sizes must not all be equal"):
         cost.loglog_slope([2.0, 2.0], [1.0, 3.0])

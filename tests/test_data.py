@@ -377,3 +377,22 @@ def test_decorrelate_bad():
     with pytest.raises(ValueError, match="linearly independent"):
         xi = data.random_archetypes(1, 10, 0)
         data.decorrelate(np.vstack([xi, xi]), method="lowdin")
+
+
+# ---------------------------------------------------------------- sizes refused before allocating
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: data.random_archetypes(100_000, 100_000, 0), r"K x N = 100000 x 100000 would need"),
+        (lambda: data.sample_examples(np.ones((1, 100_000), dtype=np.int8), 20_000, 0.5, np.ones(1), 0),
+         r"M x N = 20000 x 100000"),
+        (lambda: data.flip_channel(np.broadcast_to(np.ones(1, dtype=np.int8), (40_000, 40_000)), 0.5, 0),
+         r"M x N = 40000 x 40000"),
+        (lambda: data.static_mixture(10**6, 1000, 200), r"T x L x K = 1000000 x 1000 x 200"),
+        (lambda: data.novelty_ramp(10**6, 1000, 100, 100, 0, 1), r"T x L x K = 1000000 x 1000 x 200"),
+    ],
+)
+def test_sizes_are_bounded_before_allocating(call, match):
+    with pytest.raises(ValueError, match=match) as err:
+        call()
+    assert "fedlam.data.MAX_ARRAY_BYTES" in str(err.value)

@@ -90,18 +90,43 @@ def test_capacity_curve_drops_past_alpha_c():
 
 
 @pytest.mark.parametrize(
-    "call, exc",
+    "call, exc, match",
     [
-        (lambda: hp.energy(np.eye(3), np.array([1, 0, 1])), ValueError),
-        (lambda: hp.energy(np.eye(3), np.array([1, 1])), ValueError),
-        (lambda: hp.energy(np.eye(3, dtype=int), np.array([1, 1, 1])), TypeError),
-        (lambda: hp.retrieve(np.eye(3), np.array([1, 1, 1]), 0, mode="fast"), ValueError),
-        (lambda: hp.retrieve(np.eye(3), np.array([1, 1, 1]), 0, max_sweeps=0), ValueError),
-        (lambda: hp.corrupt(np.array([1, -1]), 1.5, 0), ValueError),
-        (lambda: hp.capacity_curve(50, np.array([0.0]), 0), ValueError),
-        (lambda: hp.retrieve(np.eye(3), np.array([1, 1, 1]), None), TypeError),
+        (lambda: hp.energy(np.eye(3), np.array([1, 0, 1])), ValueError, "sigma must contain only -1 and \\+1"),
+        (lambda: hp.energy(np.eye(3), np.array([1, 1])), ValueError, r"sigma must have shape \(N,\) or \(S, N\) with N=3"),
+        (lambda: hp.energy(np.eye(3, dtype=int), np.array([1, 1, 1])), TypeError, "J must have a float dtype"),
+        (lambda: hp.retrieve(np.eye(3), np.array([1, 1, 1]), 0, mode="fast"), ValueError, "mode must be one of"),
+        (lambda: hp.retrieve(np.eye(3), np.array([1, 1, 1]), 0, max_sweeps=0), ValueError, "max_sweeps must be >= 1"),
+        (lambda: hp.corrupt(np.array([1, -1]), 1.5, 0), ValueError, r"flip_fraction must lie in \[0, 1\]"),
+        (lambda: hp.capacity_curve(50, np.array([0.0]), 0), ValueError, r"alphas must lie in \(0, 1\]"),
+        (lambda: hp.retrieve(np.eye(3), np.array([1, 1, 1]), None), TypeError, "rng must be a numpy.random.Generator"),
+        (lambda: hp.retrieval_experiment(200_000, 5, 0.1, 0), ValueError, "above the limit of 8 GiB"),
+        (lambda: hp.hebbian_patterns(np.ones((1, 40_000), dtype=np.int8)), ValueError, "N x N = 40000 x 40000"),
     ],
 )
-def test_validation_errors(call, exc):
-    with pytest.raises(exc):
+def test_validation_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
         call()
+
+
+def test_exact_ties_do_not_depend_on_summation_order():
+    """Hebbian fields are multiples of 1/N; with two patterns many are exactly 0 and must keep
+    the spin whatever the order of the floating-point sum (a BLAS kernel choice)."""
+    xi = np.array([[1, 1, -1, -1, -1, -1, 1, 1], [1, -1, 1, 1, 1, 1, 1, -1],
+                   [-1, 1, 1, -1, -1, 1, 1, -1], [1, -1, 1, -1, -1, 1, -1, 1]], dtype=np.int8)
+    J = hp.hebbian_patterns(xi, zero_diagonal=True)
+    s = -np.ones(8, dtype=np.int8)
+    X = xi.astype(np.int64)
+    h_exact = (X.T @ X - 4 * np.eye(8, dtype=np.int64)) @ s  # N * field, exact integers
+    assert np.any(h_exact == 0)
+    # perturb the computed fields by a few ulps, as another summation order would
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        noise = rng.uniform(-4, 4, 8) * np.finfo(float).eps * np.abs(J).sum(axis=0)
+        out = hp._sign_keep((J @ s + noise)[None, :], s[None, :].astype(float), hp._tie_tolerance(J))[0]
+        np.testing.assert_array_equal(out[h_exact == 0], s[h_exact == 0])
+        np.testing.assert_array_equal(out[h_exact != 0], np.sign(h_exact[h_exact != 0]))
+    # the tolerance is far below the smallest non-zero |field| 1/N of a Hebbian matrix
+    J300 = hp.hebbian_patterns(np.where(np.random.default_rng(1).random((40, 300)) < 0.5, -1, 1).astype(np.int8),
+                               zero_diagonal=True)
+    assert hp._tie_tolerance(J300).max() < 1e-6 / 300

@@ -295,3 +295,273 @@ def test_johnstone_center_scale():
         rmt.johnstone_center_scale(4, 4, variant="x")
     with pytest.raises(ValueError, match="M"):
         rmt.johnstone_center_scale(4, 1)
+
+
+# ---------------------------------------------------------------- shapes that do not broadcast
+@pytest.mark.parametrize(
+    "fn,args,names",
+    [
+        (rmt.outlier_location, (np.array([1.0, 2.0]), np.array([0.5, 0.6, 0.7])), "kappa, q, sigma2"),
+        (rmt.eigvec_overlap, (np.array([1.0, 2.0]), np.array([0.5, 0.6, 0.7])), "kappa, q"),
+        (rmt.mp_edges, (np.array([0.5, 0.6]), np.array([1.0, 2.0, 3.0])), "q, sigma2"),
+        (rmt.spike_strength, (np.array([0.5, 0.6]), np.array([0.1, 0.2, 0.7]), 10), "r, pi"),
+        (rmt.kappa_from_outlier, (np.array([5.0, 6.0]), np.array([0.5, 0.6, 0.7])), "lam, q, sigma2"),
+        (rmt.outlier_variance, (np.array([2.0, 3.0]), np.array([0.5, 0.6, 0.7]), 100), "kappa, q, sigma2"),
+    ],
+)
+def test_shape_clash_names_the_arguments(fn, args, names):
+    with pytest.raises(ValueError, match=f"{names} must broadcast to a common shape") as err:
+        fn(*args)
+    assert "(2,)" in str(err.value) and "(3,)" in str(err.value)
+
+
+# ---------------------------------------------------------------- outlier fluctuations
+def _orthogonal_archetypes(K: int, N: int, rng: np.random.Generator) -> np.ndarray:
+    """K exactly orthogonal +-1 archetypes: rows of a Hadamard matrix times random column signs."""
+    from scipy.linalg import hadamard
+
+    rows = rng.choice(np.arange(1, N), size=K, replace=False)
+    signs = np.where(rng.random(N) < 0.5, -1, 1)
+    return (hadamard(N)[rows] * signs).astype(np.int8)
+
+
+def test_outlier_variance_closed_forms():
+    q, M = 0.5, 400
+    kap = np.array([1.0, 2.0, 5.0])
+    # Gaussian spike: Paul's 2 (1 + kappa)^2 (1 - q / kappa^2) / M
+    np.testing.assert_allclose(rmt.outlier_variance(kap, q, M), 2 * (1 + kap) ** 2 * (1 - q / kap**2) / M)
+    # the Bernoulli label factor equals the Gaussian value exactly at pi = 1/3
+    np.testing.assert_allclose(rmt.outlier_variance(kap, q, M, exposure=1 / 3), rmt.outlier_variance(kap, q, M))
+    # larger below 1/3, smaller above; a single class fluctuates by its channel noise only
+    assert np.all(rmt.outlier_variance(kap, q, M, exposure=0.2) > rmt.outlier_variance(kap, q, M))
+    assert np.all(rmt.outlier_variance(kap, q, M, exposure=0.5) < rmt.outlier_variance(kap, q, M))
+    one = rmt.outlier_variance(5.0, q, M, exposure=1.0)
+    g = 1 - q / 25
+    assert one == pytest.approx((2 * 36 * g * (1 - g) + g * g * (4 * 5 + 2)) / M)
+    # scaling with sigma2^2 / M, NaN below the threshold
+    assert rmt.outlier_variance(2.0, q, 100, sigma2=0.5) == pytest.approx(rmt.outlier_variance(2.0, q, 400) * 4 * 0.25)
+    assert np.isnan(rmt.outlier_variance(0.5, q, M))
+    # covariance: diagonal = variances; the label parts of the sum cancel when kappa ~ pi
+    pi = np.array([0.5, 0.3, 0.2])
+    kk = 50.0 * pi
+    C = rmt.outlier_covariance(kk, pi, 1e-9, M)
+    np.testing.assert_allclose(np.diag(C), rmt.outlier_variance(kk, 1e-9, M, exposure=pi))
+    gauss_part = np.sum(2 * (1 + kk) ** 2 * 0 + (4 * kk + 2)) / M  # q -> 0: g = 1, only channel terms remain
+    assert C.sum() == pytest.approx(gauss_part, rel=1e-6)
+    with pytest.raises(ValueError, match="exposure must sum to at most 1"):
+        rmt.outlier_covariance(kk, np.array([0.5, 0.5, 0.5]), 0.5, M)
+    with pytest.raises(ValueError, match="exposure must be a numpy array of the same shape"):
+        rmt.outlier_covariance(kk, pi[:2], 0.5, M)
+
+
+@pytest.mark.slow
+def test_outlier_fluctuations_follow_the_bernoulli_label_law():
+    """Variances of the 2 outliers over 400 independent batches (orthogonal archetypes).
+
+    Two well separated spikes (exposures 0.8 and 0.2), so that the leading order applies.
+    Sample variance of n near-Gaussian draws: relative standard error sqrt(2/(n-1)) = 0.071;
+    each log-ratio simulated/predicted must lie within 4 of them. The Gaussian-spike law
+    (Paul 2007) is off by factors 0.27 and 1.6 and must fail.
+    """
+    rng = np.random.default_rng(2027)
+    N, M, reps, r = 128, 256, 400, 0.35
+    q, s2 = N / M, 1 - r * r
+    pi = np.array([0.8, 0.2])
+    kap = rmt.spike_strength(r, pi, N)
+    top = np.empty((reps, 2))
+    for k in range(reps):
+        xi = _orthogonal_archetypes(2, N, rng)
+        ex, _ = data.sample_examples(xi, M, r, pi, rng)
+        top[k] = np.linalg.eigvalsh(N * ops.hebbian(ex))[::-1][:2]
+    v = top.var(axis=0, ddof=1)
+    tol = 4 * np.sqrt(2 / (reps - 1))
+    bern = rmt.outlier_variance(kap, q, M, s2, exposure=pi)
+    gauss = rmt.outlier_variance(kap, q, M, s2)
+    assert np.all(np.abs(np.log(v / bern)) < tol), (v, bern)
+    assert np.all(np.abs(np.log(v / gauss)) > tol), (v, gauss)
+    # means: the outlier law with orthogonal archetypes, to 5 standard errors
+    se = np.sqrt(v / reps)
+    assert np.all(np.abs(top.mean(axis=0) - rmt.outlier_location(kap, q, s2)) < Z * se + 2.0 / N)
+    # the two outliers are negatively correlated (multinomial class counts): the sample
+    # correlation of 400 draws has standard error (1 - rho^2)/sqrt(n) <= 0.05
+    C = rmt.outlier_covariance(kap, pi, q, M, s2)
+    rho_pred = C[0, 1] / np.sqrt(C[0, 0] * C[1, 1])
+    assert rho_pred < -0.5
+    assert abs(np.corrcoef(top.T)[0, 1] - rho_pred) < 4 * (1 - rho_pred**2) / np.sqrt(reps)
+
+
+# ---------------------------------------------------------------- heterogeneous (free) bulk
+def test_free_bulk_closed_forms_reduce_to_mp():
+    for q in (0.2, 1.0, 2.5):
+        assert rmt.free_bulk_edge(np.array([0.7]), np.array([q])) == pytest.approx(rmt.mp_edges(q, 0.7)[1], rel=1e-12)
+        for kap in (0.5 * np.sqrt(q), 2 * np.sqrt(q), 10.0):
+            t = np.array([0.7 * kap])
+            assert rmt.free_bbp_criterion(t, np.array([0.7]), np.array([q])) == pytest.approx(kap / np.sqrt(q))
+            assert rmt.free_outlier_location(t, np.array([0.7]), np.array([q])) == pytest.approx(
+                rmt.outlier_location(kap, q, 0.7), rel=1e-10)
+    # two independent half-batches averaged are one batch of all the examples (free Poisson
+    # laws add): components (a/2, 2q) + (a/2, 2q) have the edge of (a, q)
+    for q in (0.25, 0.5, 3.0):
+        assert rmt.free_bulk_edge(np.array([0.35, 0.35]), np.array([2 * q, 2 * q])) == pytest.approx(
+            rmt.mp_edges(q, 0.7)[1], rel=1e-10)
+        t = np.array([1.4, 1.4])  # the spike of each half; the whole batch has excess 2.8 = 0.7 kappa
+        assert rmt.free_outlier_location(t, np.array([0.35, 0.35]), np.array([2 * q, 2 * q])) == pytest.approx(
+            rmt.outlier_location(4.0, q, 0.7), rel=1e-10)
+
+
+def test_free_bulk_edge_matches_khat_implementation():
+    from fedlam import spectral
+
+    scales = np.array([0.19 / 5] * 4 + [1.0 / 5])
+    ratios = np.array([400 / 300] * 5)
+    assert rmt.free_bulk_edge(scales, ratios) == pytest.approx(spectral.free_mp_edge(scales, ratios), rel=1e-8)
+
+
+def test_free_outlier_on_mixed_bulk_matches_simulation():
+    """4 clients with one archetype at r = 0.1 and M_c = 100, one pure-noise client with M_c = 600.
+
+    N = 300, server mean of the 5 uploads. The outlier of N J_s must sit at
+    free_outlier_location (5 standard errors over 10 replicates), and a single Marchenko-Pastur
+    law with the aggregate's mean bulk variance and total sample size, which puts it at 3.81
+    instead of 4.19, must be rejected.
+    """
+    N, L, reps, r = 300, 5, 10, 0.1
+    Ms = np.array([100, 100, 100, 100, 600])
+    s2 = 1 - r * r
+    rng = np.random.default_rng(31)
+    xi = data.random_archetypes(1, N, rng)
+    scales = np.array([s2 / L] * 4 + [1.0 / L])
+    ratios = N / Ms
+    t_spike = np.array([N * r * r / L] * 4 + [0.0])
+    pred = rmt.free_outlier_location(t_spike, scales, ratios)
+    edge = rmt.free_bulk_edge(scales, ratios)
+    assert rmt.free_bbp_criterion(t_spike, scales, ratios) > 1 and pred > edge
+    tops, bulk = [], []
+    for _ in range(reps):
+        ups = [ops.hebbian(data.sample_examples(xi, int(m), r, np.ones(1), rng)[0]) for m in Ms[:4]]
+        ups.append(ops.hebbian(np.where(rng.random((int(Ms[4]), N)) < 0.5, 1, -1).astype(np.int8)))
+        w = np.linalg.eigvalsh(N * ops.aggregate(ups))
+        tops.append(w[-1])
+        bulk.append(w[-2])
+    tops = np.array(tops)
+    se = tops.std(ddof=1) / np.sqrt(reps)
+    assert abs(tops.mean() - pred) < Z * se, (tops.mean(), pred, se)
+    naive = rmt.outlier_location(float(t_spike.sum() / scales.sum()), N / Ms.sum(), float(scales.sum()))
+    assert abs(tops.mean() - naive) > Z * se
+    # the largest bulk eigenvalue sits at the free edge (a few percent at N = 300), far above
+    # the single-MP edge
+    assert abs(np.mean(bulk) / edge - 1) < 0.05
+    assert np.mean(bulk) > 1.15 * rmt.mp_edges(N / Ms.sum(), float(scales.sum()))[1]
+    # criterion below 1 for a weaker spike: no outlier, location = edge
+    weak = t_spike / 20
+    assert rmt.free_bbp_criterion(weak, scales, ratios) < 1
+    assert rmt.free_outlier_location(weak, scales, ratios) == pytest.approx(edge)
+
+
+def test_free_bad_inputs():
+    with pytest.raises(ValueError, match="scales and ratios must have the same shape"):
+        rmt.free_bulk_edge(np.array([1.0, 2.0]), np.array([0.5]))
+    with pytest.raises(ValueError, match="at least one positive"):
+        rmt.free_bulk_edge(np.zeros(2), np.ones(2))
+    with pytest.raises(ValueError, match="ratios must be > 0"):
+        rmt.free_bulk_edge(np.ones(2), np.array([0.5, 0.0]))
+    with pytest.raises(ValueError, match=r"strengths must be a numpy array of shape \(C,\) or \(K, C\) with C = 2"):
+        rmt.free_outlier_location(np.ones(3), np.ones(2), np.ones(2))
+    with pytest.raises(ValueError, match="scales must be a non-empty 1-D"):
+        rmt.free_bbp_criterion(np.ones(1), [1.0], np.ones(1))
+
+
+# ---------------------------------------------------------------- blended upload
+def test_blend_spectrum_matches_simulation():
+    """Orthogonal +-1 archetypes (Hadamard), one held by the broadcast and in the batch, one new.
+
+    Held eigenvalue: mean over 10 replicates within 5 standard errors of the formula; novel
+    outlier likewise; the first bulk eigenvalue within 5 Tracy-Widom scales of the edge;
+    the diagonal exactly (1 - w) K_held + w.
+    """
+    rng = np.random.default_rng(8)
+    N, M, r, w, reps = 256, 512, 0.8, 0.4, 10
+    s2 = 1 - r * r
+    pi = np.array([0.5, 0.5])
+    kap = rmt.spike_strength(r, pi, N)
+    held, new, bulk = [], [], []
+    for _ in range(reps):
+        xi = _orthogonal_archetypes(2, N, rng)
+        A = ops.pattern_operator(xi[:1])
+        B = ops.hebbian(data.sample_examples(xi, M, r, pi, rng)[0])
+        Jc = N * ((1 - w) * A + w * B)
+        assert np.allclose(np.diag(Jc), (1 - w) * 1 + w)
+        vals = np.linalg.eigvalsh(Jc)[::-1]
+        held.append(vals[0]); new.append(vals[1]); bulk.append(vals[2])
+    pred = rmt.blend_spectrum(w, N, M, s2, kappa_held=kap[:1], kappa_new=kap[1:])
+    assert pred.diagonal == pytest.approx(1 - w + w)
+    for sim, p_, var in ((held, pred.held[0], w * w * rmt.outlier_variance(kap[0] + 1e9 * 0, 1e-9, M, s2, exposure=0.5)),
+                         (new, pred.new[0], w * w * rmt.outlier_variance(kap[1], (N - 1) / M, M, s2, exposure=0.5))):
+        sim = np.array(sim)
+        se = max(sim.std(ddof=1), np.sqrt(var)) / np.sqrt(reps)
+        assert abs(sim.mean() - p_) < Z * se + 1e-3 * p_, (sim.mean(), p_)
+    mu, sd = rmt.johnstone_center_scale(N - 1, M)
+    assert abs(np.mean(bulk) - pred.edge) < 5 * w * s2 * sd
+    # w = 1 is B alone: held spikes are ordinary BBP outliers; w = 0 is the broadcast alone
+    b1 = rmt.blend_spectrum(1.0, N, M, s2, kappa_held=kap[:1])
+    assert b1.held[0] == pytest.approx(rmt.outlier_location(kap[0], N / M, s2))
+    b0 = rmt.blend_spectrum(0.0, N, M, s2, kappa_held=kap[:1], kappa_new=kap[1:])
+    assert b0.held[0] == N and b0.new[0] == 0.0 and b0.edge == 0.0
+    with pytest.raises(ValueError, match="w must lie in"):
+        rmt.blend_spectrum(1.5, N, M, s2)
+    with pytest.raises(ValueError, match="kappa_new must be a 1-D numpy array"):
+        rmt.blend_spectrum(0.5, N, M, s2, kappa_new=3.0)
+
+
+# ---------------------------------------------------------------- Weyl-sufficient spike
+def test_weyl_sufficient_kappa_is_self_consistent():
+    for N, M in ((200, 800), (400, 1600), (400, 6400)):
+        k = rmt.weyl_sufficient_kappa(N, M)
+        ell = np.log(2 * N / 0.05)
+        a = (N / M) * ell / 3
+
+        def t(kap):
+            lam1 = 1 + kap
+            v = max(N - 1, lam1 * (N - lam1)) / M
+            return a + np.sqrt(a * a + 2 * v * ell)
+
+        assert k == pytest.approx(2 * t(k), rel=1e-9)  # sigma2 kappa = 2 t(kappa) at the root
+        assert 0.99 * k < 2 * t(0.99 * k)  # just below: not certified
+        # t grows with the spike, so the answer exceeds the pure-noise value 2 t(0)
+        assert k > 2 * t(0.0) == pytest.approx(2 * rmt.bernstein_bound(0.05, N, M, 1e-6, np.array([1.0])), rel=1e-6)
+    # t(kappa) agrees with bernstein_bound for a one-archetype batch with that kappa
+    N, M, r = 200, 800, 0.3
+    kap = float(rmt.spike_strength(r, 1.0, N))
+    s2 = 1 - r * r
+    ell = np.log(2 * N / 0.05)
+    a = (N / M) * ell / 3
+    lam1 = s2 * (1 + kap)
+    v = max(s2 * (N - s2), lam1 * (N - lam1)) / M
+    assert a + np.sqrt(a * a + 2 * v * ell) == pytest.approx(rmt.bernstein_bound(0.05, N, M, r, np.array([1.0])))
+
+
+# ---------------------------------------------------------------- q > 1
+def test_bbp_laws_hold_for_q_above_one():
+    """M = N/2 examples (q = 2): N - M exact zeros, non-zero bulk in [(sqrt q - 1)^2, (1 + sqrt q)^2]
+    sigma2, and the outlier and overlap laws unchanged (5 standard errors over 12 replicates)."""
+    N, M, reps = 300, 150, 12
+    q = N / M
+    kap = 3.0
+    r = np.sqrt(kap / (N + kap))
+    s2 = 1 - r * r
+    xi = data.random_archetypes(1, N, 3)
+    u = xi[0] / np.sqrt(N)
+    lam, gam, second, smallest = [], [], [], []
+    for k in range(reps):
+        ex, _ = data.sample_examples(xi, M, r, np.array([1.0]), 50 + k)
+        w, V = np.linalg.eigh(N * ops.hebbian(ex))
+        assert int(np.sum(np.abs(w) < 1e-8)) == N - M
+        lam.append(w[-1]); gam.append((V[:, -1] @ u) ** 2); second.append(w[-2])
+        smallest.append(w[np.abs(w) > 1e-8].min())
+    lam, gam = np.array(lam), np.array(gam)
+    assert abs(lam.mean() - rmt.outlier_location(kap, q, s2)) < Z * lam.std(ddof=1) / np.sqrt(reps)
+    assert abs(gam.mean() - rmt.eigvec_overlap(kap, q)) < Z * gam.std(ddof=1) / np.sqrt(reps)
+    lo, hi = rmt.mp_edges(q, s2)
+    mu, sd = rmt.johnstone_center_scale(N, M)
+    assert abs(np.mean(second) - hi) < 5 * s2 * sd
+    assert abs(np.mean(smallest) - lo) < 0.1 * lo

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
@@ -10,7 +12,11 @@ import pytest
 from fedlam import plotting, widgets
 from fedlam.widgets import STATIC_NOTE, Fixed, build_explorer, explorer, resolve_defaults
 
-ipywidgets = pytest.importorskip("ipywidgets")
+
+@pytest.fixture
+def ipywidgets():
+    """ipywidgets for the interactive tests only; the static and plotting tests never skip."""
+    return pytest.importorskip("ipywidgets")
 
 
 def plot_line(slope: float = 1.0, n: int = 5, kind: str = "line", grid: bool = True) -> None:
@@ -32,7 +38,7 @@ def test_defaults_from_four_tuple_and_signature() -> None:
     assert got == {"slope": 0.5, "n": 5, "kind": "line"}
 
 
-def test_defaults_from_widgets_fixed_bool_and_dict() -> None:
+def test_defaults_from_widgets_fixed_bool_and_dict(ipywidgets) -> None:
     got = resolve_defaults(
         plot_line,
         slope=ipywidgets.FloatSlider(min=0, max=3, value=2.5),
@@ -59,9 +65,8 @@ def test_defaults_from_widgets_fixed_bool_and_dict() -> None:
     ],
 )
 def test_bad_controls_are_named(controls: dict, message: str) -> None:
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match=re.escape(message)):
         resolve_defaults(needs_a, **controls)
-    assert message in str(err.value)
 
 
 def test_plot_fn_must_be_callable() -> None:
@@ -106,16 +111,36 @@ def test_mode_switch(monkeypatch) -> None:
     assert not widgets.is_static()
 
 
-def test_conftest_sets_static_for_kernels() -> None:
-    import os
-
-    assert os.environ.get("FEDLAM_WIDGETS") == "static"
+def test_notebook_kernels_render_explorers_static() -> None:
+    """A Jupyter kernel started the way nbval starts one (inheriting this process's
+    environment, which the root conftest.py sets) draws an explorer's default once and prints
+    the static note, without any widget."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    km, kc = jupyter_client.manager.start_new_kernel(kernel_name="python3")
+    try:
+        code = (
+            "import matplotlib; matplotlib.use('agg')\n"
+            "from fedlam import widgets\n"
+            "print('static:', widgets.is_static())\n"
+            "widgets.explorer(lambda a=0.5: print('drawn', a), a=(0.0, 1.0, 0.1, 0.5))\n"
+        )
+        out: list[str] = []
+        reply = kc.execute_interactive(
+            code, timeout=120,
+            output_hook=lambda msg: out.append(msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None,
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    text = "".join(out).splitlines()
+    assert text == ["static: True", "drawn 0.5", STATIC_NOTE]
 
 
 # ---------------------------------------------------------------- interactive mode
 
 
-def test_interactive_starts_at_the_static_defaults(monkeypatch) -> None:
+def test_interactive_starts_at_the_static_defaults(monkeypatch, ipywidgets) -> None:
     monkeypatch.setattr(plt, "show", lambda *a, **k: None)
     w = build_explorer(
         plot_line,
@@ -150,7 +175,7 @@ def test_interactive_reruns_on_change(monkeypatch) -> None:
     assert seen[0] == 0.5 and seen[-1] == pytest.approx(0.7)
 
 
-def test_interactive_explorer_displays_once(monkeypatch) -> None:
+def test_interactive_explorer_displays_once(monkeypatch, ipywidgets) -> None:
     monkeypatch.setenv("FEDLAM_WIDGETS", "interactive")
     monkeypatch.setattr(plt, "show", lambda *a, **k: None)
     shown: list[object] = []
