@@ -9,7 +9,9 @@ Each notebook runs top to bottom on a fresh kernel from the repository root's po
 (working directory = the notebook's folder, as nbval does), with ``FEDLAM_WIDGETS=static``
 (explorers render their default figure) and one BLAS thread (the setting of ``conftest.py``).
 Volatile cell metadata (execution timestamps) is removed so that a re-run with unchanged
-results leaves the file byte-identical.
+results leaves the file byte-identical. The notebook metadata is left as JupyterLab writes it
+(``kernelspec`` of ipykernel's ``python3``, ``language_info`` as the kernel reported it; see
+``scripts/notebook_headers.py``), so opening a re-executed notebook does not mark it modified.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ def strip_volatile(nb) -> None:
         cell.metadata.pop("execution", None)
 
 
+def jupyterlab_metadata(nb) -> None:
+    """kernelspec as JupyterLab writes it; language_info is what nbclient got from the kernel."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from notebook_headers import kernel_metadata
+
+    nb.metadata["kernelspec"] = nbformat.from_dict(kernel_metadata()["kernelspec"])
+
+
 def execute(path: pathlib.Path, timeout: int = 600) -> float:
     import nbformat
     from nbclient import NotebookClient
@@ -48,6 +60,7 @@ def execute(path: pathlib.Path, timeout: int = 600) -> float:
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     strip_volatile(nb)
+    jupyterlab_metadata(nb)
     nbformat.write(nb, path)
     return time.perf_counter() - t0
 
