@@ -187,7 +187,7 @@ def test_bad_macro_config_is_refused(macros: object, match: str) -> None:
 
 
 def test_missing_macro_config_is_refused() -> None:
-    with pytest.raises(ValueError, match="mathjax3_config.tex.macros"):
+    with pytest.raises(ValueError, match=r"mathjax3_config\.tex\.macros"):
         nh.config_macros({"sphinx": {}})
 
 
@@ -213,7 +213,7 @@ def _run_install_cell(monkeypatch: pytest.MonkeyPatch, fedlam_importable: bool) 
 
     calls: list = []
 
-    def fake_run(cmd, check=False, **kw):  # noqa: ANN001, ANN202
+    def fake_run(cmd: list[str], check: bool = False, **kw: object) -> subprocess.CompletedProcess:
         calls.append((cmd, check))
         monkeypatch.setitem(sys.modules, "fedlam", fedlam)  # "installed" now
         return subprocess.CompletedProcess(cmd, 0)
@@ -233,7 +233,7 @@ def test_install_cell_is_silent_when_fedlam_is_installed(monkeypatch: pytest.Mon
 
 
 def test_install_cell_installs_when_fedlam_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    out, calls = _run_install_cell(monkeypatch, fedlam_importable=False)
+    _, calls = _run_install_cell(monkeypatch, fedlam_importable=False)
     assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", PIP_URL], True)]
 
 

@@ -251,7 +251,8 @@ _INSPECT = r"""
   const katexErrors = [];
   for (const cell of md) {
     for (const el of cell.querySelectorAll('[title], pre, .katex-error')) {
-      const t = (el.getAttribute('title') || '') + ' ' + (el.tagName === 'PRE' || el.classList.contains('katex-error') ? el.textContent : '');
+      const own = el.tagName === 'PRE' || el.classList.contains('katex-error');
+      const t = (el.getAttribute('title') || '') + ' ' + (own ? el.textContent : '');
       if (mathErr.test(t)) katexErrors.push(t.trim().slice(0, 120));
     }
   }
@@ -344,9 +345,8 @@ def inspect(lab: JupyterLab, browser: Any, name: str) -> dict[str, Any]:
 _PRF_DIRECTIVE = re.compile(r"^\s*(?:`{3,}|:{3,})\{prf:([a-z]+)\}", re.M)
 _EQ_REF = re.compile(r"\{eq\}`(?:[^`<]*<)?([A-Za-z0-9_:-]+)>?`")
 _MATH_LABEL = re.compile(r"^\s*:label:\s*(\S+)", re.M)
-_MACRO_USE = re.compile(
-    r"\\(" + "|".join(sorted(notebook_headers.config_macros(notebook_headers.load_config()), key=len, reverse=True)) + r")(?![A-Za-z])"
-)
+_MACRO_NAMES = sorted(notebook_headers.config_macros(notebook_headers.load_config()), key=len, reverse=True)
+_MACRO_USE = re.compile(r"\\(" + "|".join(_MACRO_NAMES) + r")(?![A-Za-z])")
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=_stem)
