@@ -99,15 +99,6 @@ def test_command_line(copies: list[Path]) -> None:
     assert r.returncode == 2 and "not a notebook file" in r.stderr
 
 
-def test_execute_notebooks_keeps_jupyterlab_metadata() -> None:
-    import execute_notebooks
-
-    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    execute_notebooks.jupyterlab_metadata(nb)
-    assert nb.metadata["kernelspec"] == nh.kernel_metadata()["kernelspec"]
-
-
 def test_written_like_jupyter(copies: list[Path]) -> None:
     """Same JSON layout as nbformat/JupyterLab (indent 1, sorted keys, trailing newline)."""
     path = copies[0]
