@@ -18,8 +18,8 @@
 # (load average 8-15, so expect them shorter on a quiet CI run), one stage at a time:
 #   dev-tools          ~25 s  (pip, packages cached)
 #   headers             ~3 s
-#   blas-haswell      see the report (every notebook under book/ once more, ~2-4 min quiet)
-#   jupyterlab        ~90 s  (two JupyterLab starts, four page loads)
+#   blas-haswell     ~390 s  (every notebook under book/ once more; 1 failure today, see report)
+#   jupyterlab       ~125 s  (two JupyterLab starts, five page loads, one chapter executed twice)
 #   wheel             ~70 s  (isolated build, clean venv with numpy+scipy, one small round)
 #   workflows          ~3 s  (+ ~10 s once for apt-get install shellcheck)
 #   lint              ~30 s  (ruff < 1 s, mypy ~25 s without a cache)
@@ -50,7 +50,8 @@ notebooks_haswell() {
 
 jupyterlab() {
   # JupyterLab on 127.0.0.1 in headless Chromium: macros, {prf:} admonitions, {eq} links,
-  # opening does not mark the notebook modified; no process outlives the test
+  # opening does not mark the notebook modified, a static Run All saves the same bytes;
+  # no process outlives the test
   . .venv/bin/activate
   FEDLAM_JUPYTERLAB=1 python -m pytest tests/browser/test_jupyterlab.py
 }

@@ -24,8 +24,17 @@ Checked on the processed copy:
 * no request leaves 127.0.0.1.
 
 The same detectors run on the raw copy and must find the undefined macros and the modified
-mark, so the checks above can fail. When the test ends JupyterLab is shut down through its API,
-then terminated; the test fails if any of its processes (kernels included) is still alive.
+mark, so the checks above can fail.
+
+Finally (with jupyterlab-myst) a reader's Run All: a third copy of a chapter
+(``book/chapters/08_controller.ipynb``, ``FEDLAM_JUPYTERLAB_RUNALL`` to choose), processed and
+executed by ``scripts/execute_notebooks.py`` as the committed notebooks are, is run in JupyterLab
+with "Run All" and saved; with static widgets and one BLAS thread (set by ``conftest.py`` and
+inherited by JupyterLab and its kernel) the saved file must be byte-identical to the executed one,
+so that a reader who runs the chapter this way leaves nothing to restore.
+
+When the test ends JupyterLab is shut down through its API, then terminated; the test fails if
+any of its processes (kernels included) is still alive.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("FEDLAM_JUPYTERLAB", "") == "1"
 NOTEBOOKS = os.environ.get("FEDLAM_JUPYTERLAB_NOTEBOOKS", "book/chapters/05_spiked.ipynb").split()
+RUNALL = os.environ.get("FEDLAM_JUPYTERLAB_RUNALL", "book/chapters/08_controller.ipynb")
 CHROMIUM = os.environ.get("FEDLAM_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -97,6 +107,14 @@ def notebook_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(src, root / f"raw-{_stem(rel)}.ipynb")
         shutil.copy(src, root / f"processed-{_stem(rel)}.ipynb")
         notebook_headers.process(root / f"processed-{_stem(rel)}.ipynb", config=config)
+    runall = root / f"runall-{_stem(RUNALL)}.ipynb"
+    shutil.copy(ROOT / RUNALL, runall)
+    notebook_headers.process(runall, config=config)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "execute_notebooks.py"), str(runall)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, f"execute_notebooks.py {RUNALL}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     return root
 
 
@@ -135,6 +153,7 @@ class JupyterLab:
             f"--LabApp.user_settings_dir={work / 'settings'}",
             f"--LabApp.workspaces_dir={work / 'workspaces'}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: Run All, Save
         ]  # fmt: skip
         if os.geteuid() == 0:  # CI runs as root
             cmd.append("--allow-root")
@@ -400,3 +419,59 @@ def test_detectors_find_problems_of_the_raw_notebook(lab: JupyterLab, browser: A
         assert info["dirty"], f"{nb}: stale kernelspec metadata, yet the tab is not marked modified"
     if not uses_macros and raw_meta.get("kernelspec") == notebook_headers.kernel_metadata()["kernelspec"]:
         pytest.skip(f"{nb}: nothing for the negative control to find")
+
+
+def test_static_run_all_leaves_the_committed_notebook_unchanged(lab: JupyterLab, browser: Any) -> None:
+    if lab.variant != "myst":
+        pytest.skip("Run All is checked once, with the front end readers get")
+    assert os.environ.get("FEDLAM_WIDGETS") == "static", "conftest.py sets FEDLAM_WIDGETS=static"
+    name = f"runall-{_stem(RUNALL)}.ipynb"
+    path = lab.root / name
+    before = path.read_bytes()
+    n_code = sum(c["cell_type"] == "code" for c in json.loads(before)["cells"])
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(PAGE_TIMEOUT_MS)
+    try:
+        page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}", wait_until="load")
+        nb = json.loads(before)
+        _settled(page, sum(c["cell_type"] == "markdown" for c in nb["cells"]))
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands")
+        page.click(".jp-Notebook .jp-Cell .jp-InputPrompt >> nth=0")  # make the notebook current
+        # clear (prompts become "[ ]:"), Run All, wait until every code cell has a number again
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'))"
+            ".every(e => !/\\d/.test(e.textContent))"
+        )
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        try:
+            page.wait_for_function(
+                """n => {
+                  const p = Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'))
+                    .map(e => e.textContent.trim());
+                  return p.length === n && p.every(t => /^\\[\\d+\\]:$/.test(t));
+                }""",
+                arg=n_code,
+                timeout=300_000,
+            )
+        except Exception:
+            shot = lab.root.parent / f"runall-failure-{lab.variant}.png"
+            page.screenshot(path=str(shot))
+            raise AssertionError(f"Run All did not finish within 300 s; screenshot {shot}") from None
+        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')")
+        lab.remember_descendants()
+    finally:
+        page.close()
+        context.close()
+    after = path.read_bytes()
+    if after != before:
+        import difflib
+
+        diff = difflib.unified_diff(
+            before.decode().splitlines(), after.decode().splitlines(), "executed", "after Run All", lineterm=""
+        )
+        lines = [ln for ln in diff if '"image/png"' not in ln][:60]
+        raise AssertionError(f"{RUNALL}: Run All in JupyterLab changed the saved file:\n" + "\n".join(lines))
