@@ -453,10 +453,40 @@ def test_factorize_at_multiples_of_threshold(factor, visible):
     eps = factor * P.epsilon_threshold(r, 1 / K, N, M, delta)
     sigma = P.noise_scale(M, eps, delta, N=N)
     Jn = P.gaussian_mechanism(hebbian(ex), M, eps, delta, 4)
-    res = factorize(Jn, 5, noise_sigma=sigma)
+    res = factorize(Jn, 5, noise_sigma=sigma)  # the lead's signature (DESIGN core API)
     if visible:
         assert res.k_hat == K
         assert np.all(magnetization(res.patterns, xi) >= 0.9)
         assert spurious_count(res.patterns, xi) == 0
     else:
         assert res.patterns.shape[0] == 0 or np.all(magnetization(res.patterns, xi) < 0.5)
+
+
+@pytest.mark.parametrize("factor,visible", [(3.0, True), (0.5, False)])
+def test_factorize_noised_at_multiples_of_threshold(factor, visible):
+    """The same must-hold through the bridge factorize_noised (K-hat against MP ⊞ semicircle from
+    the client's scalars), measured today; the default estimator on the same operator reports
+    K-hat ~ 125 (the semicircle read as spikes)."""
+    from fedlam import khat
+    from fedlam.metrics import magnetization, spurious_count
+
+    N, M, r, K, delta = 500, 400, 0.7, 3, 1e-5
+    xi, ex, _ = _batch(N, M, r, 31, K)
+    eps = factor * P.epsilon_threshold(r, 1 / K, N, M, delta)
+    sigma = P.noise_scale(M, eps, delta, N=N)
+    Jn = P.gaussian_mechanism(hebbian(ex), M, eps, delta, 4)
+    res = P.factorize_noised(Jn, 5, components=[khat.Component((1 - r * r) / N, N / M)], noise_sigma=sigma)
+    if visible:
+        assert res.k_hat == K
+        assert np.all(magnetization(res.patterns, xi) >= 0.9)
+        assert spurious_count(res.patterns, xi) == 0
+    else:
+        assert res.k_hat == 0 and res.patterns.shape == (0, N)
+
+
+def test_noisy_edge_matches_khat_free_edge():
+    from fedlam import khat
+
+    for r, N, M, s2 in [(0.7, 500, 400, 0.0), (0.7, 500, 400, 0.01), (0.9, 1000, 100, 0.003)]:
+        assert P.noisy_edge(r, N, M, s2) == pytest.approx(
+            khat.free_edge([khat.Component((1 - r * r) / N, N / M)], noise_var=s2), rel=1e-9)
