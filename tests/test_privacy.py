@@ -490,3 +490,43 @@ def test_noisy_edge_matches_khat_free_edge():
     for r, N, M, s2 in [(0.7, 500, 400, 0.0), (0.7, 500, 400, 0.01), (0.9, 1000, 100, 0.003)]:
         assert P.noisy_edge(r, N, M, s2) == pytest.approx(
             khat.free_edge([khat.Component((1 - r * r) / N, N / M)], noise_var=s2), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------
+# the experiment module
+def test_experiment_tiny_run_deterministic_and_jsonable():
+    import json
+
+    from fedlam.experiments import privacy as X
+
+    p = X.PrivacyParams(N=60, K=2, r=0.9, Ls=(1, 2), Ms=(30,), epsilons=(0.5, 50.0), attack_Ms=(4,),
+                        attack_epsilons=(1.0, 1e7), attack_restarts=16, seeds=1)
+    a, b = X.run(p, 3), X.run(p, 3)
+    assert a.magnetization.shape == (1, 2, 1, 2, 2) and a.attack_recovered.shape == (1, 1, 2)
+    np.testing.assert_array_equal(a.magnetization, b.magnetization)
+    np.testing.assert_array_equal(a.attack_recovered, b.attack_recovered)
+    json.dumps(a.to_dict())
+    assert a.attack_recovered[0, 0, 0] == 0.0  # eps = 1 on a 4-example batch: nothing
+    assert X.make_params("paper").N == 1000 and X.make_params("book", seeds=1).seeds == 1
+
+
+@pytest.mark.parametrize("field,value,exc", [
+    ("r", 1.0, ValueError), ("epsilons", (1.0, 0.5), ValueError), ("epsilons", (0.0,), ValueError),
+    ("delta", 1.0, ValueError), ("attack_Ms", (5000,), ValueError), ("Ls", [1], TypeError),
+    ("rounds", 0, ValueError),
+])
+def test_experiment_params_validation(field, value, exc):
+    import dataclasses
+
+    from fedlam.experiments import privacy as X
+
+    with pytest.raises(exc, match=field):
+        dataclasses.replace(X.PRESETS["book"], **{field: value})
+
+
+def test_attack_curve_small():
+    from fedlam.experiments import privacy as X
+
+    c = X.attack_curve(200, (10, 100), (0.8,), 1, 0, restarts=64, patience=1)
+    assert c.recovered[0, 0, 0] == 1.0 and c.false.sum() == 0
+    assert c.recovered[0, 0, 1] < 0.1
