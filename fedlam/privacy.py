@@ -132,6 +132,9 @@ class AttackResult:
     field_evals : int
         Total number of (state, step) field evaluations; each costs ``O(N r)`` with ``r`` the
         dimension of the current range (the attack's cost, independent of the machine).
+    n_non_examples : int
+        +-1 vectors found in the range whose multiplicity is not an integer (signed combinations
+        of nearly equal examples, exact operators only): dropped.
     """
 
     examples: np.ndarray
@@ -142,6 +145,7 @@ class AttackResult:
     rounds: int
     restarts: int
     field_evals: int
+    n_non_examples: int = 0
 
     def __repr__(self) -> str:
         return (f"AttackResult(found={self.examples.shape[0]}, N={self.examples.shape[1]}, "
@@ -199,12 +203,17 @@ def attack(
        the first 70 % of ``steps``;
     3. a final state is kept if it lies in the range up to ``tol``
        (``1 - ||U^T x||^2 / N <= tol``);
-    4. deflation: each kept ``x`` is removed from the operator *exactly*, ``J <- J - t x x^T``
+    4. certificate (exact operators): ``J = sum_m w_m x_m x_m^T`` over the distinct examples with
+       ``w_m = (copies of x_m) / (N M)``, so ``N M / (x^T J^+ x)`` is a positive integer for an
+       example and a fraction for any other +-1 vector of the span (e.g. 1/3 for
+       ``x_a - x_b + x_c``, which is +-1 when three examples nearly coincide); non-integers are
+       dropped;
+    5. deflation: each kept ``x`` is removed from the operator *exactly*, ``J <- J - t x x^T``
        with ``t = 1 / (x^T J^+ x)``, the largest ``t`` keeping ``J`` positive semi-definite; for
        ``J = sum_m w_m x_m x_m^T`` with independent ``x_m`` this is ``t = w_m`` (``1/(N M)`` per
        copy), so the range shrinks to the span of the examples not yet found, and the next
        round attacks a smaller problem;
-    5. rounds repeat until the range is exhausted, ``patience`` rounds in a row find nothing,
+    6. rounds repeat until the range is exhausted, ``patience`` rounds in a row find nothing,
        or ``max_rounds`` is reached.
 
     Everything after the first ``eigh`` works in the ``M``-dimensional coordinates of the range
@@ -280,7 +289,7 @@ def attack(
     found: list[np.ndarray] = []
     resid: list[float] = []
     mult: list[float] = []
-    n_restarts = field_evals = 0
+    n_restarts = field_evals = n_rejected = 0
     rounds = idle = 0
     cool = max(1, int(round(0.7 * steps)))
     while rounds < max_rounds and idle < patience:
@@ -314,6 +323,14 @@ def attack(
             pr = W2[:, k2].T @ c
             xjx = float(np.sum(pr * pr / ev2[k2]))
             t = 1.0 / xjx if xjx > 0 else math.inf
+            k = t / unit
+            if noiseless and not (math.isfinite(k) and k >= 0.5 and abs(k - round(k)) <= 1e-6 * max(1.0, k)):
+                # a +-1 vector of the span that is not an example: J = sum_m w_m x_m x_m^T with
+                # w_m = (copies)/(N M), so an example has an integer multiplicity; a signed
+                # combination such as x_a - x_b + x_c (possible when examples nearly coincide)
+                # gets 1/3. Neither reported nor deflated.
+                n_rejected += 1
+                continue
             found.append(x)
             resid.append(float(res[i]))
             mult.append(t / unit)
@@ -326,7 +343,7 @@ def attack(
             break
     ex = np.array(found, dtype=np.int8).reshape(-1, N)
     return AttackResult(ex, np.asarray(resid), np.asarray(mult), float(tol), rank, rounds,
-                        n_restarts, field_evals)
+                        n_restarts, field_evals, n_rejected)
 
 
 def reconstruct_examples(

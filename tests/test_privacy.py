@@ -530,3 +530,13 @@ def test_attack_curve_small():
     c = X.attack_curve(200, (10, 100), (0.8,), 1, 0, restarts=64, patience=1)
     assert c.recovered[0, 0, 0] == 1.0 and c.false.sum() == 0
     assert c.recovered[0, 0, 1] < 0.1
+
+
+def test_attack_certificate_rejects_signed_combinations():
+    """r = 0.95: examples of one archetype nearly coincide and signed combinations such as
+    x_a - x_b + x_c are +-1 vectors of the span; the integer-multiplicity certificate drops them,
+    so every reported vector is an example (and deflation stays exact)."""
+    _, ex, _ = _batch(300, 60, 0.95, 3)
+    res = P.attack(hebbian(ex), 60, 5)
+    assert _recovered(res.examples, ex) == res.examples.shape[0]
+    assert res.examples.shape[0] >= 54
