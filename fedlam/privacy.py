@@ -321,10 +321,15 @@ def attack(
             ev2, W2 = np.linalg.eigh(C)
             k2 = ev2 > max(floor, 1e-12 * max(float(ev2.max(initial=0.0)), 1e-300))
             pr = W2[:, k2].T @ c
+            if (float(c @ c) - float(pr @ pr)) / N > tol:
+                # found in this round's range but outside what is left after this round's
+                # deflations (a combination involving examples already removed)
+                n_rejected += 1
+                continue
             xjx = float(np.sum(pr * pr / ev2[k2]))
             t = 1.0 / xjx if xjx > 0 else math.inf
             k = t / unit
-            if noiseless and not (math.isfinite(k) and k >= 0.5 and abs(k - round(k)) <= 1e-6 * max(1.0, k)):
+            if noiseless and not (math.isfinite(k) and 0.5 <= k <= M + 0.5 and abs(k - round(k)) <= 1e-6 * max(1.0, k)):
                 # a +-1 vector of the span that is not an example: J = sum_m w_m x_m x_m^T with
                 # w_m = (copies)/(N M), so an example has an integer multiplicity; a signed
                 # combination such as x_a - x_b + x_c (possible when examples nearly coincide)
