@@ -237,7 +237,8 @@ def attack(
     max_rounds, patience : int
         Bounds on the restart rounds.
     tol : float or None
-        Range tolerance; None derives it (Davis-Kahan, see :func:`_range_tolerance`).
+        Range tolerance; None derives it (Davis-Kahan: the rounding of ``eigh`` and the noise, floored at 1e-9 and capped at
+        half the residual of a vector one bit away from the range).
     noise_sigma : float
         Entry std of Gaussian noise known to be in ``J`` (enters the derived tolerance; the
         deflation then uses the known weight ``1/(N M)`` per example since a noised operator
@@ -913,7 +914,7 @@ def factorize_noised(
     Derived in {ref}`sec-privacy-frontier`. The same pipeline as :func:`fedlam.lam.factorize`
     (spectrum -> K_hat -> sign-mixture seeds -> LAM -> subspace acceptance), with K_hat counted
     against the edge of the noise bulk ``MP_1 ⊞ ... ⊞ MP_L ⊞ SC(N sigma^2)``
-    (:func:`fedlam.khat.k_hat_components` with ``noise_var = N noise_sigma^2``) instead of a
+    (``fedlam.khat.k_hat_components`` with ``noise_var = N noise_sigma^2``) instead of a
     bulk fitted to the spectrum (the semicircle is not an MP law, and the default estimator
     reads it as K_hat ~ 100 spikes). Written with the public pieces of :mod:`fedlam.lam` so
     that it can move into ``factorize(..., noise_sigma=)``; seeding and acceptance are
@@ -928,13 +929,13 @@ def factorize_noised(
     rng : Generator or int
     components : sequence of fedlam.khat.Component
         Bulk components of ``J`` (from the uploads' scalars,
-        :func:`fedlam.khat.components_from_uploads`).
+        ``fedlam.khat.components_from_uploads``).
     noise_sigma : float
         Entry std of the Gaussian noise in ``J`` (the mean's: :func:`mean_noise_var`).
     params, **overrides
         :class:`fedlam.lam.LAMParams` (``k_method`` is ignored).
     n_sigma : float
-        Tracy-Widom margin above the edge (as in :func:`fedlam.khat.k_hat_components`).
+        Tracy-Widom margin above the edge (as in ``fedlam.khat.k_hat_components``).
 
     Returns
     -------

@@ -540,3 +540,15 @@ def test_attack_certificate_rejects_signed_combinations():
     res = P.attack(hebbian(ex), 60, 5)
     assert _recovered(res.examples, ex) == res.examples.shape[0]
     assert res.examples.shape[0] >= 54
+
+
+def test_explorer_plot_function(capsys):
+    from fedlam.privacy_plots import noised_spectrum_view
+    from fedlam.widgets import resolve_defaults
+
+    fig = noised_spectrum_view(epsilon=50.0, M=20, N=120, r=0.8, K=2, seed=1)
+    out = capsys.readouterr().out
+    assert "K-hat = " in out and "attack recovers 0 of 20" in out
+    assert len(fig.axes) == 1
+    d = resolve_defaults(noised_spectrum_view, epsilon=(0.2, 10.0, 0.1, 4.0), M=(50, 800, 50, 400))
+    assert d["epsilon"] == 4.0 and d["M"] == 400
