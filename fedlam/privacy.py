@@ -34,7 +34,6 @@ visible; :func:`example_critical_noise` gives the noise that drowns the span of 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,7 +298,6 @@ def attack(
         if not keep.any():
             break
         B = U @ W[:, keep]  # (N, m) orthonormal basis of the remaining range
-        m = B.shape[1]
         d = np.einsum("ij,ij->i", B, B)
         rounds += 1
         X = gen.choice(np.array([-1.0, 1.0]), size=(restarts, N))
@@ -506,7 +504,6 @@ def epsilon_delta(
 
 def _dp_accountant(name: str) -> Any:
     try:
-        import dp_accounting  # noqa: F401
         from dp_accounting.pld import pld_privacy_accountant
         from dp_accounting.rdp import rdp_privacy_accountant
     except ImportError as exc:  # pragma: no cover - depends on the environment

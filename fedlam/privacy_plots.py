@@ -10,7 +10,6 @@ and the closed forms of {ref}`sec-privacy-frontier`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import matplotlib.pyplot as plt
