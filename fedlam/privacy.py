@@ -373,7 +373,8 @@ def unblend(U: np.ndarray, A: np.ndarray, *, atol: float = 1e-9) -> tuple[np.nda
     * ``K_hat = 1``: the trace is 1 whatever ``w``. Then ``U - c A`` has the rank of ``B`` only
       for ``c = 1 - w``: with ``a = xi_hat / sqrt(N)`` outside the range of ``B``,
       ``U`` has rank ``rank(B) + 1`` and ``1 - w = 1 / (a^T U^+ a)`` (the largest ``c`` keeping
-      ``U - c a a^T`` positive semi-definite). This needs ``rank(B) < N`` and a noiseless
+      ``U - c a a^T`` positive semi-definite); ``a`` outside the range of ``U`` means ``w = 1``.
+      This needs ``rank(B) < N`` and a noiseless
       ``B``; otherwise ``w`` is not identifiable from ``U`` and ``A`` and a ``ValueError`` is
       raised.
 
@@ -426,8 +427,9 @@ def unblend(U: np.ndarray, A: np.ndarray, *, atol: float = 1e-9) -> tuple[np.nda
         pr = vecs[:, keep].T @ a
         resid = float(a @ a - pr @ pr)
         if resid > 1e-6 * float(a @ a):
-            raise ValueError("U is not a blend with A: the broadcast direction lies outside the range of U")
-        w = 1.0 - 1.0 / float(np.sum(pr * pr / vals[keep]))
+            w = 1.0  # no component along the broadcast: U = B (w = 1, e.g. a fresh client)
+        else:
+            w = 1.0 - 1.0 / float(np.sum(pr * pr / vals[keep]))
     if not (-atol <= w <= 1.0 + atol):
         raise ValueError(f"U is not a blend w B + (1 - w) A of a Hebbian B (diag 1/N): got w = {w!r}")
     w = min(max(w, 0.0), 1.0)

@@ -155,6 +155,15 @@ def test_unblend_k1_by_rank():
     assert _recovered(P.reconstruct_examples(B2, 20, 0), ex) == 20
 
 
+def test_unblend_w_one():
+    xi, ex, _ = _batch(100, 10, 0.8, 2)
+    B = hebbian(ex)
+    for K in (1, 2):
+        B2, w = P.unblend(B.copy(), pattern_operator(xi[:K]))
+        assert w == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(B2, B, atol=1e-13)
+
+
 def test_unblend_k1_not_identifiable_raises():
     xi, ex, _ = _batch(60, 80, 0.8, 4)  # M > N: B is full rank
     U = blend(hebbian(ex), pattern_operator(xi[:1]), 0.5)
