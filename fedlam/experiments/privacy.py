@@ -74,7 +74,7 @@ class PrivacyParams:
     r: float = 0.9
     Ls: tuple = (1, 4)
     Ms: tuple = (200, 800)
-    epsilons: tuple = (0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+    epsilons: tuple = (0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0)
     delta: float = 1e-5
     rounds: int = 1
     attack_Ms: tuple = (10, 40)
