@@ -897,7 +897,7 @@ def privacy_window(
 
 
 # ----------------------------------------------------------------------------------------
-# the server on noised operators (bridge until fedlam.factorize(..., noise_sigma=) is on main)
+# the server on noised operators
 def factorize_noised(
     J: np.ndarray,
     rng: np.random.Generator | int,
@@ -905,21 +905,17 @@ def factorize_noised(
     components: Any,
     noise_sigma: float,
     params: Any = None,
-    n_sigma: float = 4.0,
     **overrides: Any,
 ) -> Any:
     r"""Factorize an operator that contains symmetric Gaussian noise of known entry std.
 
-    Derived in {ref}`sec-privacy-frontier`. The same pipeline as :func:`fedlam.lam.factorize`
-    (spectrum -> K_hat -> sign-mixture seeds -> LAM -> subspace acceptance), with K_hat counted
-    against the edge of the noise bulk ``MP_1 ⊞ ... ⊞ MP_L ⊞ SC(N sigma^2)``
-    (``fedlam.khat.k_hat_components`` with ``noise_var = N noise_sigma^2``) instead of a
-    bulk fitted to the spectrum (the semicircle is not an MP law, and the default estimator
-    reads it as K_hat ~ 100 spikes). Written with the public pieces of :mod:`fedlam.lam` so
-    that it can move into ``factorize(..., noise_sigma=)``; seeding and acceptance are
-    unchanged (an archetype's squared overlap with its eigenvector shrinks by
-    ``1 - s^2/s_c^2``, :func:`noisy_outlier`, so the subspace test ``>= rho`` fails first
-    close to the threshold).
+    Derived in {ref}`sec-privacy-frontier`. The server's :func:`fedlam.lam.factorize` with
+    ``k_method="free"``, the bulk given by per-client ``components`` (``fedlam.khat.Component``:
+    batch size and bulk variance from the uploads' scalars, no fit on the noised spectrum) and
+    ``noise_sigma``: K_hat is counted against the edge of ``MP_1 ⊞ ... ⊞ MP_L ⊞ SC(N sigma^2)``
+    instead of a bulk fitted to the spectrum (the semicircle is not an MP law, and the default
+    estimator reads its top as ~100 spikes), and the acceptance uses the eigenvector overlaps
+    lowered by the noise (squared overlap times ``1 - s^2/s_c^2``, :func:`noisy_outlier`).
 
     Parameters
     ----------
@@ -927,66 +923,20 @@ def factorize_noised(
         (N, N) symmetric operator (e.g. the mean of noised uploads).
     rng : Generator or int
     components : sequence of fedlam.khat.Component
-        Bulk components of ``J`` (from the uploads' scalars,
-        ``fedlam.khat.components_from_uploads``).
+        Bulk components of ``J`` (``fedlam.khat.components_from_uploads``).
     noise_sigma : float
         Entry std of the Gaussian noise in ``J`` (the mean's: :func:`mean_noise_var`).
     params, **overrides
-        :class:`fedlam.lam.LAMParams` (``k_method`` is ignored).
-    n_sigma : float
-        Tracy-Widom margin above the edge (as in ``fedlam.khat.k_hat_components``).
+        :class:`fedlam.lam.LAMParams` and field overrides (``k_method`` is set to ``"free"``).
 
     Returns
     -------
     fedlam.lam.FactorizeResult
     """
-    from fedlam import khat, lam, spectral
+    from fedlam import lam
 
     check_operator(J, "J")
-    gen = as_rng(rng)
     noise_sigma = _check_sigma(noise_sigma, "noise_sigma")
-    if params is None:
-        p = lam.LAMParams(**overrides)
-    elif isinstance(params, lam.LAMParams):
-        p = params.replace(**overrides) if overrides else params
-    else:
-        raise TypeError(f"params must be a LAMParams or None, got {_describe(params)}")
-    N = J.shape[0]
-    nv = N * noise_sigma * noise_sigma
-    m = min(N, 16)
-    while True:
-        spec = spectral.top_spectrum(J, m)
-        kres = khat.k_hat_components(spec, components, nv, n_sigma=n_sigma)
-        if m == N or kres.k_hat < m - 8:
-            break
-        m = min(N, 4 * m)
-    k_hat = int(min(kres.k_hat, len(spec)))
-    dreamed = spectral.dream_eigenvalues(spec.values, p.dream_time)
-    V = spec.vectors[:, :k_hat]
-    if k_hat == 0:
-        return lam.FactorizeResult(
-            patterns=np.empty((0, N), dtype=np.int8), k_hat=0, scores=np.empty(0), n_candidates=0,
-            n_duplicates=0, n_rejected=0, n_capped=0, attempts=0, values=spec.values.copy(),
-            dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p)
-    kernel = lam.make_kernel(p.kernel if p.kernel != "dense" else "projector", spec, k_hat, p.dream_time)
-    thr = p.rho if p.accept == "subspace" else p.tau
-    pool: list[np.ndarray] = []
-    pool_sc: list[np.ndarray] = []
-    attempts = 0
-    while attempts < p.max_attempts:
-        attempts += 1
-        seeds = lam.seed_mixtures(V, p.seeds_for(k_hat), gen)
-        final = lam.run_lam(seeds, kernel, p, gen).reshape(-1, N)
-        sc = (lam.acceptance_scores(final, vectors=V) if p.accept == "subspace"
-              else lam.acceptance_scores(final, kernel=kernel))
-        pool.append(final)
-        pool_sc.append(sc)
-        cands, scores = np.concatenate(pool), np.concatenate(pool_sc)
-        sel = lam.select(cands, scores, thr, k_hat, p.dedup, V if p.accept == "subspace" else None)
-        if sel.kept.size >= k_hat:
-            break
-    return lam.FactorizeResult(
-        patterns=np.ascontiguousarray(cands[sel.kept]), k_hat=k_hat, scores=scores[sel.kept],
-        n_candidates=int(cands.shape[0]), n_duplicates=sel.n_duplicates, n_rejected=sel.n_rejected,
-        n_capped=sel.n_capped, n_redundant=sel.n_redundant, attempts=attempts,
-        values=spec.values.copy(), dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p)
+    overrides = {**overrides, "k_method": "free"}
+    return lam.factorize(J, as_rng(rng), params=params, components=list(components),
+                         noise_sigma=noise_sigma, **overrides)
