@@ -72,6 +72,7 @@ __all__ = [
     "privacy_window",
     "ACCOUNTANTS",
     "factorize_noised",
+    "GaussianMechanism",
 ]
 
 ACCOUNTANTS = ("analytic", "pld", "rdp")
@@ -642,6 +643,63 @@ def gaussian_mechanism(
         )
     sigma = noise_scale(M, epsilon, delta, rounds, N=N, accountant=accountant)
     return add_symmetric_noise(J, sigma, rng)
+
+
+@dataclass(frozen=True)
+class GaussianMechanism:
+    r"""A client's privacy mechanism for :func:`fedlam.federation.run_federation` (``privacy=``).
+
+    Implements the ``apply(operator, batch_size, rng) -> (noised, sigma)`` protocol of
+    :class:`fedlam.federation.PrivacyMechanism`: symmetric Gaussian noise of entry std
+    :func:`noise_scale` ``(batch_size, epsilon, delta, rounds, N=N)`` on the off-diagonal
+    entries. Derived in {ref}`sec-privacy-dp`.
+
+    On a raw Hebbian operator (diagonal ``1/N``) this is :func:`gaussian_mechanism`: the upload is
+    ``(epsilon, delta)``-DP per example. On a *blended* upload ``w B + (1 - w) A`` (what
+    ``fedlam.federation.Client`` passes today) the operator part ``w B`` has sensitivity
+    ``w / M <= 1/M``, so the same noise covers it *given* ``w``; but ``w`` itself is computed from
+    the raw batch and can be read off the diagonal (:func:`unblend`), so it is outside the
+    guarantee. The full guarantee needs the client to noise ``B`` first and to compute ``w`` (and
+    any bulk-variance estimate it reports) from the noised operator and public broadcasts only
+    (post-processing) -- see {ref}`sec-privacy-secagg`.
+
+    An empty batch (``batch_size = 0``: the upload is the public broadcast) is passed through
+    with ``sigma = 0``.
+
+    Attributes
+    ----------
+    epsilon : float
+        > 0, per example over ``rounds`` uploads.
+    delta : float
+        In (0, 1).
+    rounds : int
+        Uploads in which one example is used (1: a fresh batch every round).
+    accountant : {"analytic", "pld", "rdp"}
+    """
+
+    epsilon: float
+    delta: float
+    rounds: int = 1
+    accountant: str = "analytic"
+
+    def __post_init__(self) -> None:
+        _check_epsilon(self.epsilon)
+        _check_delta(self.delta)
+        check_positive_int(self.rounds, "rounds")
+        check_choice(self.accountant, "accountant", ACCOUNTANTS)
+
+    def sigma(self, batch_size: int, N: int | None = None) -> float:
+        """Entry std of the noise for a batch of ``batch_size`` examples in dimension ``N``."""
+        return noise_scale(batch_size, self.epsilon, self.delta, self.rounds, N=N, accountant=self.accountant)
+
+    def apply(self, operator: np.ndarray, batch_size: int, rng: np.random.Generator | int) -> tuple[np.ndarray, float]:
+        """Noised copy of ``operator`` and the entry std used (0 for an empty batch)."""
+        check_operator(operator, "operator")
+        M = check_positive_int(batch_size, "batch_size", minimum=0)
+        if M == 0:
+            return operator.copy(), 0.0
+        sigma = self.sigma(M, operator.shape[0])
+        return add_symmetric_noise(operator, sigma, rng), float(sigma)
 
 
 def mean_noise_var(sigmas: Any, weights: Any = None, blend: Any = None) -> float:

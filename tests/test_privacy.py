@@ -561,3 +561,44 @@ def test_explorer_plot_function(capsys):
     assert len(fig.axes) == 1
     d = resolve_defaults(noised_spectrum_view, epsilon=(0.2, 10.0, 0.1, 4.0), M=(50, 800, 50, 400))
     assert d["epsilon"] == 4.0 and d["M"] == 400
+
+
+# ----------------------------------------------------------------------------------------
+# the mechanism inside the protocol (fedlam.federation's privacy hook)
+def test_gaussian_mechanism_class_matches_function():
+    _, ex, _ = _batch(100, 20, 0.8, 1)
+    J = hebbian(ex)
+    mech = P.GaussianMechanism(2.0, 1e-5)
+    Jn, s = mech.apply(J, 20, np.random.default_rng(3))
+    np.testing.assert_array_equal(Jn, P.gaussian_mechanism(J, 20, 2.0, 1e-5, np.random.default_rng(3)))
+    assert s == P.noise_scale(20, 2.0, 1e-5, N=100)
+    A, s0 = mech.apply(J, 0, 1)
+    assert s0 == 0.0 and np.array_equal(A, J)
+    with pytest.raises(ValueError, match="epsilon"):
+        P.GaussianMechanism(0.0, 1e-5)
+    with pytest.raises(ValueError, match="delta"):
+        P.GaussianMechanism(1.0, 1.0)
+    with pytest.raises(ValueError, match="rounds"):
+        P.GaussianMechanism(1.0, 1e-5, rounds=0)
+
+
+@pytest.mark.parametrize("eps,ok,secure", [(8.0, True, False), (8.0, True, True), (0.05, False, False)])
+def test_run_federation_with_privacy(eps, ok, secure):
+    """Three clients, N = 300, M = 300 per round, r = 0.9, three rounds, every upload noised. The
+    threshold for L = 3 is epsilon_threshold(0.9, 1/3, 300, 300, 1e-5, L=3) ~ 1.3: at eps = 8 the
+    federation recovers the archetypes (also under secure aggregation, where the server's K-hat
+    uses only the uploads' scalars), at 0.05 the server sees nothing (and accepts nothing)."""
+    from fedlam import federation
+
+    N, K, M, T = 300, 3, 300, 3
+    xi = random_archetypes(K, N, 4)
+    mix = np.full((T, K), 1.0 / K)
+    specs = [federation.ClientSpec(r=0.9, M=M, mixture=mix) for _ in range(3)]
+    thr = P.epsilon_threshold(0.9, 1 / K, N, M, 1e-5, L=3)
+    assert (eps > 3 * thr) == ok and (eps < 0.5 * thr) == (not ok)
+    h = federation.run_federation(xi, specs, T, 5, controller=1.0, known_r=True,
+                                  privacy=P.GaussianMechanism(eps, 1e-5), secure=secure)
+    if ok:
+        assert np.all(h.magnetization[-1] >= 0.9) and h.spurious[-1] == 0
+    else:
+        assert np.all(h.k_hat == 0)
