@@ -16,15 +16,15 @@
 #
 # Times measured on this 2-core machine on 2026-11-26 while other helpers were running
 # (load average 8-15, so expect them shorter on a quiet CI run), one stage at a time:
-#   dev-tools          ~25 s  (pip, packages cached)
-#   headers             ~3 s
+#   dev-tools          ~10 s  (pip, packages cached)
+#   headers             ~6 s
 #   blas-haswell     ~390 s  (every notebook under book/ once more; 1 failure today, see report)
 #   jupyterlab       ~125 s  (two JupyterLab starts, five page loads, one chapter executed twice)
 #   wheel             ~70 s  (isolated build, clean venv with numpy+scipy, one small round)
 #   workflows          ~3 s  (+ ~10 s once for apt-get install shellcheck)
 #   lint              ~30 s  (ruff < 1 s, mypy ~25 s without a cache)
-#   citation          ~25 s  (cffconvert in a throwaway venv)
-# shellcheck: this file is sourced, not executed.
+#   citation          ~15-25 s (cffconvert in a throwaway venv)
+# (This file is sourced, not executed.)
 # shellcheck shell=bash disable=SC1091
 
 dev_tools() {
