@@ -27,7 +27,7 @@ The paper's rule, implemented faithfully (:func:`entropy_weight`)
   to leading order ``1 - H_AB ~ (2 delta)^2/(2 ln 2)`` and ``1 - H_min(r) ~ r^4/(2 ln 2)``, so
   ``w ~ 1 - (2 delta)^2 / r^4``, clipped to 0 as soon as ``r^2 < 2 |delta|``, i.e. for r below
   about ``n_pairs^(-1/4)`` (0.038 at N = 1000); at ``r = 0`` the limit is ``w = 0`` for every
-  ``p != 1/2`` (computed stably here, see :func:`_paper_rule`). With ``alpha = 0.5`` the
+  ``p != 1/2`` (computed stably here, without cancellation). With ``alpha = 0.5`` the
   smoothed weight is then ``0.5^10 ~ 0.001`` after ten rounds. Two caveats: the collapse
   needs the attacker's own r, i.e. knowing which client is the attacker; and the rule is
   ill-conditioned there, jumping between 1 and 0 as r crosses ``n_pairs^(-1/4)`` with a
