@@ -227,8 +227,9 @@ class LocalFederation:
             signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             self._start_superlink()
-            for i, cfg in enumerate(self.node_configs):
-                self.start_node(i, cfg)
+            started = [self.start_node(i, cfg, wait=False) for i, cfg in enumerate(self.node_configs)]
+            for i, (port, proc) in enumerate(started):
+                self._wait_port(port, proc, f"flower-supernode {i}")
         except BaseException:
             self.stop()
             raise
@@ -274,15 +275,18 @@ class LocalFederation:
             "--port", str(self.superlink_port), "--disable-runtime-dependency-installation"])
         self._wait_port(self.superlink_port, proc, "flower-superlink")
 
-    def start_node(self, i: int, cfg: Mapping[str, Any]) -> None:
-        """Start SuperNode ``i`` with ``cfg`` as its ``--node-config`` (late joiners too)."""
+    def start_node(self, i: int, cfg: Mapping[str, Any], wait: bool = True) -> tuple[int, _Proc]:
+        """Start SuperNode ``i`` with ``cfg`` as its ``--node-config`` (late joiners too);
+        returns its port and process."""
         port = free_port(self.host)
         self.node_ports.append(port)
         proc = self._spawn(f"supernode-{i}", [
             _bin("flower-supernode"), "--insecure", "--superlink", f"{self.host}:{self.superlink_port}",
             "--host", self.host, "--port", str(port), "--max-retries", "0",
             "--node-config", format_node_config(cfg)])
-        self._wait_port(port, proc, f"flower-supernode {i}")
+        if wait:
+            self._wait_port(port, proc, f"flower-supernode {i}")
+        return port, proc
 
     def node(self, i: int) -> subprocess.Popen:
         """The Popen of SuperNode ``i``."""
