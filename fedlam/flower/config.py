@@ -423,6 +423,8 @@ def load_examples_file(path: str | os.PathLike, N: int | None = None) -> tuple[n
     if size > MAX_FILE_BYTES:
         raise ValueError(f"examples file {str(p)!r} is {size:,} bytes; the limit is {MAX_FILE_BYTES:,}")
     labels = None
+    if p.suffix == ".npz" and not zipfile.is_zipfile(p):
+        raise ValueError(f"examples file {str(p)!r} is not a valid .npz file (not a zip archive)")
     try:
         if p.suffix == ".npy":
             ex = np.load(p, allow_pickle=False)
