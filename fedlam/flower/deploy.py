@@ -202,7 +202,9 @@ class LocalFederation:
     log_dir : path
         Where each process's log goes (``superlink.log``, ``supernode-<i>.log``, ``run.log``).
     startup_timeout : float
-        Seconds to wait for the SuperLink's port and for each SuperNode to come up.
+        Seconds to wait for the SuperLink and for each SuperNode to come up.
+    superlink_port : int
+        Port of the SuperLink (0: a free one).
     """
 
     node_configs: Sequence[Mapping[str, Any]]
@@ -210,7 +212,7 @@ class LocalFederation:
     startup_timeout: float = 60.0
     host: str = "127.0.0.1"
     procs: list = field(default_factory=list, init=False)
-    superlink_port: int = field(default=0, init=False)
+    superlink_port: int = 0
     node_ports: list = field(default_factory=list, init=False)
 
     # -- life cycle --------------------------------------------------------------------------
@@ -229,7 +231,7 @@ class LocalFederation:
             self._start_superlink()
             started = [self.start_node(i, cfg, wait=False) for i, cfg in enumerate(self.node_configs)]
             for i, (port, proc) in enumerate(started):
-                self._wait_port(port, proc, f"flower-supernode {i}")
+                self._wait_ready(proc, "SuperNode ID:", f"flower-supernode {i} (port {port})")
         except BaseException:
             self.stop()
             raise
@@ -250,30 +252,35 @@ class LocalFederation:
         self.procs.append(proc)
         return proc
 
-    def _wait_port(self, port: int, proc: _Proc, what: str) -> None:
+    def _wait_ready(self, proc: _Proc, marker: str, what: str) -> None:
+        """Wait until ``marker`` appears in the process's log (it is up), or fail clearly."""
         t_end = time.monotonic() + self.startup_timeout
         while time.monotonic() < t_end:
+            try:
+                text = proc.log.read_text(errors="replace")
+            except OSError:
+                text = ""
+            if marker in text:
+                return
             if proc.popen.poll() is not None:
+                clash = "address already in use" in text.lower() or "errno 98" in text.lower()
                 raise FlowerError(
-                    f"{what} exited with code {proc.popen.returncode} before listening on "
-                    f"{self.host}:{port} (port clash or bad option?). Last lines of {proc.log.name}:\n"
-                    f"{_tail(proc.log)}")
-            with socket.socket() as s:
-                s.settimeout(0.2)
-                if s.connect_ex((self.host, port)) == 0:
-                    return
+                    f"{what} exited with code {proc.popen.returncode} before it was ready"
+                    + (" -- its port is already in use by another program" if clash else "")
+                    + f". Last lines of {proc.log.name}:\n{_tail(proc.log)}")
             time.sleep(0.1)
-        raise FlowerError(f"{what} did not listen on {self.host}:{port} within {self.startup_timeout:g} s")
+        raise FlowerError(f"{what} was not ready within {self.startup_timeout:g} s (no {marker!r} in "
+                          f"{proc.log.name}). Last lines:\n{_tail(proc.log)}")
 
     def _start_superlink(self) -> None:
-        self.superlink_port = free_port(self.host)
+        self.superlink_port = self.superlink_port or free_port(self.host)
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
             f'address = "{self.host}:{self.superlink_port}"\ninsecure = true\n')
         proc = self._spawn("superlink", [
             _bin("flower-superlink"), "--insecure", "--host", self.host,
             "--port", str(self.superlink_port), "--disable-runtime-dependency-installation"])
-        self._wait_port(self.superlink_port, proc, "flower-superlink")
+        self._wait_ready(proc, "Uvicorn running on", f"flower-superlink (port {self.superlink_port})")
 
     def start_node(self, i: int, cfg: Mapping[str, Any], wait: bool = True) -> tuple[int, _Proc]:
         """Start SuperNode ``i`` with ``cfg`` as its ``--node-config`` (late joiners too);
@@ -285,7 +292,7 @@ class LocalFederation:
             "--host", self.host, "--port", str(port), "--max-retries", "0",
             "--node-config", format_node_config(cfg)])
         if wait:
-            self._wait_port(port, proc, f"flower-supernode {i}")
+            self._wait_ready(proc, "SuperNode ID:", f"flower-supernode {i} (port {port})")
         return port, proc
 
     def node(self, i: int) -> subprocess.Popen:
