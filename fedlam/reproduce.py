@@ -279,11 +279,11 @@ def _prepare_out(out: Path) -> None:
 
 def start_local_cluster(workers: int) -> Any:
     """A ``dask.distributed.LocalCluster`` on 127.0.0.1: ``workers`` processes, one thread each,
-    no dashboard. The caller closes it."""
+    the diagnostics page on a random loopback port. The caller closes it."""
     from distributed import LocalCluster
 
     return LocalCluster(host="127.0.0.1", n_workers=workers, threads_per_worker=1, processes=True,
-                        dashboard_address=None)
+                        dashboard_address="127.0.0.1:0")
 
 
 def _check_overrides(plan: Plan) -> None:

@@ -137,3 +137,25 @@ def test_unreachable_scheduler_clear_error(tmp_path, capsys):
                          "--scheduler", f"tcp://127.0.0.1:{port}"])
     assert rc == 2
     assert "cannot reach a Dask scheduler" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_end_to_end_tiny_on_local_dask_cluster(tmp_path):
+    """--scheduler local: a LocalCluster on 127.0.0.1 serves the notebook's seeds; the result
+    equals the serial run's and no worker outlives the command."""
+    pytest.importorskip("distributed")
+    import psutil
+
+    base = ["--only", "drift", "--param", "seeds=2", "--param", "N=40", "--param", "T=4",
+            "--param", "M=30", "--param", 'controllers=[0.0, "novelty"]']
+    outs = {}
+    for name, extra in (("serial", []), ("dask", ["--scheduler", "local", "--workers", "2"])):
+        out = tmp_path / name
+        proc = subprocess.run([sys.executable, "-m", "fedlam.reproduce", *base, "--out", str(out), *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["scheduler"] == (None if name == "serial" else "local")
+        outs[name] = json.loads((out / "drift" / "results.json").read_text())
+    assert outs["serial"] == outs["dask"]
+    assert not [p for p in psutil.Process().children(recursive=True) if "distributed" in " ".join(p.cmdline())]
