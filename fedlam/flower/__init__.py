@@ -22,14 +22,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = {"wire", "config", "server_app", "client_app", "protocol", "local", "history"}
+_SUBMODULES = {"wire", "config", "messages", "site", "coordinator", "server_app", "client_app", "deploy",
+               "local", "history", "plots", "testing"}
 
-__all__ = sorted(_SUBMODULES)
+_FUNCTIONS = {"run_in_process": "testing", "LocalFederation": "deploy"}
+
+__all__ = sorted(_SUBMODULES | set(_FUNCTIONS))
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"fedlam.flower.{name}")
+    if name in _FUNCTIONS:
+        return getattr(importlib.import_module(f"fedlam.flower.{_FUNCTIONS[name]}"), name)
     raise AttributeError(f"module 'fedlam.flower' has no attribute {name!r}")
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
-__all__ = ["FakeGrid", "FakeNode"]
+__all__ = ["FakeGrid", "FakeNode", "run_in_process"]
 
 
 @dataclass
@@ -80,3 +80,20 @@ class FakeGrid:
 
     def pull_messages(self, message_ids: Any) -> list:
         return [self._replies.pop(m) for m in list(message_ids) if m in self._replies]
+
+
+def run_in_process(run_config: Mapping[str, Any], node_configs: Sequence[Mapping[str, Any]],
+                   node_options: Mapping[int, Mapping[str, Any]] | None = None,
+                   log: Any = None) -> dict:
+    """The fedlam ServerApp and ClientApps in this process, over a :class:`FakeGrid`.
+
+    The same messages, encodings, sampling and timeouts as a Flower deployment
+    (:func:`fedlam.flower.coordinator.serve`), without processes: for experiments on the
+    deployment's logic (chapter 13) and tests. ``node_options[i]`` sets :class:`FakeNode`
+    failure options of site ``i``. Returns the history dict.
+    """
+    from fedlam.flower.coordinator import serve
+
+    opts = dict(node_options or {})
+    nodes = [FakeNode(10_000 + 17 * i, cfg, **dict(opts.get(i, {}))) for i, cfg in enumerate(node_configs)]
+    return serve(FakeGrid(nodes, run_config), run_config, log=log or (lambda _msg: None))
