@@ -35,7 +35,8 @@ import numpy as np
 
 from ._validation import _describe, as_rng, check_in_range, check_nonneg_int, check_positive_int
 
-__all__ = ["Participation", "RoundSample", "sample_round", "FULL"]
+__all__ = ["Participation", "RoundSample", "sample_round", "FULL", "absent_probability",
+           "additive_threshold", "additive_outlier", "memory_keeps"]
 
 
 @dataclass(frozen=True)
@@ -244,3 +245,54 @@ def sample_round(participation: Participation | None, t: int, clients: Sequence[
     if not isinstance(participation, Participation):
         raise TypeError(f"participation must be a Participation or None, got {_describe(participation)}")
     return participation.sample_round(t, clients, rng)
+
+
+# --- closed forms of the time-varying spiked model (chapter 13) ---------------------------------
+
+def absent_probability(L: int, holders: int, asked: int) -> float:
+    """Probability that none of a class's ``holders`` sites is among ``asked`` sites drawn
+    uniformly without replacement from ``L`` (hypergeometric):
+    ``C(L - holders, asked) / C(L, asked)``. Derived in {ref}`sec-deploy-participation`."""
+    L = check_positive_int(L, "L")
+    h = check_nonneg_int(holders, "holders")
+    n = check_nonneg_int(asked, "asked")
+    if h > L or n > L:
+        raise ValueError(f"holders and asked must be <= L = {L}, got {h} and {n}")
+    if n > L - h:
+        return 0.0
+    return float(math.comb(L - h, n) / math.comb(L, n))
+
+
+def additive_threshold(sigma2: float, q: float) -> float:
+    """Smallest strength ``theta`` of a deterministic rank-one term ``theta u u^T`` added to a
+    Marchenko-Pastur matrix (variance ``sigma2``, ratio ``q``) that produces an outlier:
+    ``sigma2 sqrt(q) (1 + sqrt(q))``. Derived in {ref}`sec-deploy-participation`."""
+    s2 = check_in_range(sigma2, "sigma2", 0.0, None, low_open=True)
+    q = check_in_range(q, "q", 0.0, None, low_open=True)
+    return s2 * math.sqrt(q) * (1.0 + math.sqrt(q))
+
+
+def additive_outlier(theta: float, sigma2: float, q: float) -> float:
+    """Location of the outlier of ``W + theta u u^T`` (``W`` Marchenko-Pastur with variance
+    ``sigma2`` and ratio ``q``) above the threshold: ``theta + sigma2 theta / (theta - sigma2 q)``;
+    NaN below it (the top eigenvalue then sticks to the edge ``sigma2 (1 + sqrt(q))^2``).
+    Derived in {ref}`sec-deploy-participation`."""
+    th = check_in_range(theta, "theta", 0.0, None)
+    if th <= additive_threshold(sigma2, q):
+        return float("nan")
+    return th + sigma2 * th / (th - sigma2 * q)
+
+
+def memory_keeps(w: float, r: float, q: float, N: int) -> bool:
+    """Does the blend carry an archetype through a round in which none of its holders reports?
+
+    Every reporting client uploads ``w B + (1 - w) A``; in ``N J`` units the broadcast ``A``
+    adds a rank-one term of strength ``N (1 - w)`` along the archetype, the fresh operators a
+    Marchenko-Pastur bulk of variance ``w (1 - r^2)`` and ratio ``q = N / (n M)``. The archetype
+    stays an outlier iff ``N (1 - w) > w (1 - r^2) sqrt(q) (1 + sqrt(q))``.
+    Derived in {ref}`sec-deploy-participation`."""
+    w = check_in_range(w, "w", 0.0, 1.0)
+    N = check_positive_int(N, "N")
+    if w == 0.0:
+        return True
+    return N * (1.0 - w) > additive_threshold(w * (1.0 - check_in_range(r, "r", 0.0, 1.0, high_open=True)**2), q)

@@ -16,7 +16,9 @@ Examples::
     python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 --round-timeout 60 \
         --kill-node 2 --kill-after-round 1 --out partial
 
-Chapter 13 ({ref}`sec-deploy-real`) gives the same steps on real machines.
+``python -m fedlam.flower app DIR`` writes the app project (a ``pyproject.toml`` whose
+components are imported from the installed ``fedlam``) that ``flwr run DIR FEDERATION``
+submits to a SuperLink on real machines; chapter 13 ({ref}`sec-deploy-real`) gives the steps.
 """
 
 from __future__ import annotations
@@ -184,11 +186,31 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
     return hist
 
 
+def _write_app_command(argv: list[str]) -> int:
+    """``python -m fedlam.flower app DIR``: the app project for ``flwr run DIR FEDERATION``."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m fedlam.flower app DIR", file=sys.stderr)
+        return 2
+    from .config import RUN_DEFAULTS
+    from .deploy import write_app
+
+    try:
+        p = write_app(argv[0], RUN_DEFAULTS)
+    except OSError as exc:
+        print(f"error: cannot write {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {p}; run it with: flwr run {argv[0]} <federation> --run-config 'rounds=10 ...' --stream")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m fedlam.flower local``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "app":
+        return _write_app_command(argv[1:])
     if not argv or argv[0] != "local":
-        print("usage: python -m fedlam.flower local --out DIR [options]   (--help for the options)",
+        print("usage: python -m fedlam.flower local --out DIR [options]   (--help for the options)\n"
+              "       python -m fedlam.flower app DIR   (write the Flower app for `flwr run DIR ...`)",
               file=sys.stderr)
         return 2
     parser = build_parser()
