@@ -10,7 +10,8 @@ answers), ``k_hat``, ``n_patterns``, ``patterns`` (the broadcast, K̂ x N of +-1
 ``weights_raw``, ``r_used`` (L, null where a client did not report), ``top_eigenvalues``,
 ``bytes_sent`` / ``bytes_received`` (array payload of the round's messages) and ``seconds``
 (wall time of the round at the server). The launcher adds ``flower`` (run id, Flower's own
-count of network bytes, compute time) and ``wall_seconds``.
+count of network bytes, compute time), ``wall_seconds``, ``run_config`` and ``node_configs``
+(what it submitted), ``killed_nodes`` and ``dead_nodes``.
 
 :func:`reference_history` runs :func:`fedlam.federation.run_federation` on the same sites and
 seeds; :func:`compare` says round by round whether K̂, the patterns and the magnetizations are

@@ -169,6 +169,8 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
         dead = [i for i in fed.dead_nodes() if i not in killed]
     hist = load(hist_path)
     hist["config"]["out_dir"] = str(out)  # as given (the absolute path was only for the ServerApp)
+    hist["run_config"] = dict(run_config)  # what was submitted (without out-dir)
+    hist["node_configs"] = [dict(c) for c in node_configs]
     hist["flower"] = {"run-id": run_id, "status": status.get("status"),
                       "network-traffic": status.get("network-traffic"), "compute-time": status.get("compute-time")}
     hist["wall_seconds"] = round(time.monotonic() - t0, 2)
