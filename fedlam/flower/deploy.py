@@ -109,9 +109,9 @@ def flower_environment(flwr_home: str | os.PathLike, base: Mapping[str, str] | N
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
     # SuperExec looks for new ClientApp/ServerApp tasks every second by default; on loopback a
-    # shorter interval takes up to ~1 s off every round (the SuperNode's own 3 s idle poll of
+    # shorter interval takes up to ~0.5 s off every round (the SuperNode's own 3 s idle poll of
     # the SuperLink is fixed in Flower 1.42)
-    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.5")
     return env
 
 
@@ -389,7 +389,11 @@ class LocalFederation:
             s = str(st.get("status", ""))
             if s.startswith("finished:"):
                 if s != "finished:completed":
-                    raise FlowerError(f"run {run_id} ended as {s} ({st.get('status-details', '')}). "
+                    details = str(st.get("status-details", ""))
+                    hint = (" -- the ServerApp process missed Flower's heartbeat; on an overloaded "
+                            "machine every process is starved, try again with fewer sites or less load"
+                            if "heartbeat" in details.lower() else "")
+                    raise FlowerError(f"run {run_id} ended as {s} ({details}){hint}. "
                                       f"ServerApp log:\n{self.logs_of(run_id)[-4000:]}")
                 return st
             if time.monotonic() > t_end:
