@@ -80,3 +80,30 @@ def test_encode_rejects_bad_input(op):
         wire.encode_operator(op[:3])
     with pytest.raises(TypeError, match="float"):
         wire.encode_operator(np.eye(3, dtype=int))
+
+
+def test_span_attack_recovers_small_batches_and_not_from_low_rank():
+    from fedlam.flower.leakage import span_attack
+
+    xi = data.random_archetypes(3, 200, 4)
+    ex, _ = data.sample_examples(xi, 8, 0.8, np.full(3, 1 / 3), np.random.default_rng(1))
+    B = operators.hebbian(ex)
+    assert span_attack(B, ex, 8, 200, 0) == 1.0
+    low = wire.decode_operator(wire.encode_operator(B, "float32", rank=2), 200)
+    assert span_attack(low, ex, 2, 200, 0) == 0.0
+    with pytest.raises(ValueError, match="operator"):
+        span_attack(B[:5], ex, 8, 10, 0)
+
+
+def test_app_subcommand_writes_project(tmp_path, capsys):
+    import tomllib
+
+    from fedlam.flower.config import RUN_DEFAULTS
+    from fedlam.flower.local import main
+
+    assert main(["app", str(tmp_path / "app")]) == 0
+    cfg = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
+    assert cfg["tool"]["flwr"]["app"]["components"]["serverapp"] == "fedlam.flower.server_app:app"
+    assert cfg["tool"]["flwr"]["app"]["config"] == RUN_DEFAULTS
+    assert main(["app"]) == 2
+    assert main(["nothing"]) == 2

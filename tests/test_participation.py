@@ -100,3 +100,34 @@ def test_empty_availability():
     assert s.asked == () and s.answered == () and not s.proceed
     with pytest.raises(TypeError, match="participation"):
         sample_round("half", 0, [0], 0)
+
+
+def test_absent_probability_against_enumeration():
+    from itertools import combinations
+
+    from fedlam.participation import absent_probability
+
+    for L, h, n in [(6, 2, 2), (9, 3, 4), (5, 1, 5), (7, 0, 3), (4, 4, 1)]:
+        subsets = list(combinations(range(L), n))
+        frac = sum(all(c >= h for c in s) for s in subsets) / len(subsets)  # holders = 0..h-1
+        assert abs(absent_probability(L, h, n) - frac) < 1e-12
+    with pytest.raises(ValueError, match="<= L"):
+        absent_probability(3, 4, 1)
+
+
+def test_additive_outlier_formula():
+    from fedlam.participation import additive_outlier, additive_threshold, memory_keeps
+
+    s2, q = 0.5, 0.25
+    th_c = additive_threshold(s2, q)
+    assert th_c == pytest.approx(s2 * (0.5 + 0.25))
+    # continuity at the threshold: the outlier starts at the bulk edge
+    assert additive_outlier(th_c * (1 + 1e-9), s2, q) == pytest.approx(s2 * (1 + 0.5) ** 2, rel=1e-6)
+    assert np.isnan(additive_outlier(0.9 * th_c, s2, q))
+    # large theta: lambda ~ theta + sigma^2
+    assert additive_outlier(1e6, s2, q) == pytest.approx(1e6 + s2, rel=1e-9)
+    assert memory_keeps(0.5, 0.8, 1.0, 200) and not memory_keeps(1.0, 0.8, 1.0, 200)
+    assert memory_keeps(0.0, 0.8, 1.0, 200)
+    # w just below 1 - O(1/N) still keeps, w above it does not (N = 200, q = 1, r = 0.8)
+    w_star = 1 / (1 + 0.36 * 2 / 200)
+    assert memory_keeps(w_star - 1e-4, 0.8, 1.0, 200) and not memory_keeps(w_star + 1e-4, 0.8, 1.0, 200)
