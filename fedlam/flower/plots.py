@@ -20,7 +20,7 @@ def history_figure(hist: Mapping[str, Any]) -> Any:
     a = arrays(hist)
     T = len(a["k_hat"])
     t = np.arange(T)
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4), facecolor="white")
+    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4), facecolor="white", layout="constrained")
     kh = np.where(a["k_hat"] < 0, np.nan, a["k_hat"])
     ax[0].plot(t, kh, "o-", label=r"$\hat K$")
     ax[0].plot(t, [len(r["answered"]) for r in hist["rounds"]], "s--", label="uploads used")
@@ -42,7 +42,6 @@ def history_figure(hist: Mapping[str, Any]) -> Any:
     tw.set_ylabel("MB received by the server")
     for x in ax:
         x.set_xticks(t)
-    fig.tight_layout()
     return fig
 
 
