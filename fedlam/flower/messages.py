@@ -3,19 +3,14 @@ r"""The content of the messages between the fedlam ServerApp and ClientApps (Flo
 Every message is a Flower ``QUERY`` whose ``RecordDict`` holds a ``ConfigRecord`` named
 ``"fedlam"`` (the operation and its scalars) and, where there are arrays, an ``ArrayRecord``:
 
-============  ==========================================  =============================================
-operation     server -> site                              site -> server
-============  ==========================================  =============================================
-``hello``     ``op``                                      ``client-index`` (-1: none), ``N``, ``M``,
-                                                          ``source``
-``round``     ``op``, ``t``, ``L``, ``N``, ``precision``,  ``ArrayRecord`` ``"upload"`` (the encoded
-              ``rank``, ``has-broadcast``; ``ArrayRecord``  operator, :mod:`fedlam.flower.wire`) and a
-              ``"broadcast"`` with ``patterns`` (K̂, N)    ``MetricRecord`` ``"scalars"``: the per-client
-              int8 when ``has-broadcast``                 scalars of the Upload (``batch-size``,
-                                                          ``weight``, ``noise-var``, ``dp-sigma``) and
-                                                          the controller's diagnostics (``w-raw``,
-                                                          ``r-used``, ``novelty``)
-============  ==========================================  =============================================
+* ``hello``: the server sends ``op``; the site answers ``client-index`` (-1: none), ``N``,
+  ``M`` and ``source``.
+* ``round``: the server sends ``op``, ``t``, ``L``, ``N``, ``precision``, ``rank`` and
+  ``has-broadcast``, and, when ``has-broadcast``, an ``ArrayRecord`` ``"broadcast"`` with
+  ``patterns`` (K̂, N) int8. The site answers an ``ArrayRecord`` ``"upload"`` (the encoded
+  operator, :mod:`fedlam.flower.wire`) and a ``MetricRecord`` ``"scalars"``: the per-client
+  scalars of the upload (``batch-size``, ``weight``, ``noise-var``, ``dp-sigma``) and the
+  controller's diagnostics (``w-raw``, ``r-used``, ``novelty``).
 
 Nothing else leaves a site: no examples, labels, archetypes or random state.
 """
@@ -43,11 +38,13 @@ def _flwr() -> Any:
 
 
 def hello_request() -> Any:
+    """The server's first message to a new SuperNode."""
     fa = _flwr()
     return fa.RecordDict({"fedlam": fa.ConfigRecord({"op": "hello"})})
 
 
 def hello_reply(client_index: int | None, N: int, M: int, source: str) -> Any:
+    """A site's answer to ``hello``: its client index (-1: none), N, M and kind of source."""
     fa = _flwr()
     return fa.RecordDict({"fedlam": fa.ConfigRecord({
         "op": "hello", "client-index": -1 if client_index is None else int(client_index),
