@@ -110,14 +110,24 @@ class _Sites:
         return {i: n for n, i in self.index_of.items() if n in live}
 
 
-def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator, k_broadcast: int) -> Any:
-    """One server step on the received uploads (ordered by client index)."""
-    from fedlam import operators
+def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
+                 k_broadcast: int) -> tuple[np.ndarray, Any, np.ndarray]:
+    """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
+    index): (patterns, factorize result, aggregate)."""
+    if hasattr(server, "round"):
+        from fedlam.protocol import Upload
+
+        uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
+                   for op, s in zip(ops, scal)]
+        rr = server.round(uploads, rng, broadcast_rank=k_broadcast)
+        return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate
+    from fedlam import operators  # pragma: no cover - before the client/server seam
 
     sizes = np.array([s["batch-size"] for s in scal], dtype=np.float64)
     weights = server.weights(len(ops), sizes)
     J = operators.aggregate(ops, weights)
-    return server.factorize(J, rng, ops, weights, component_k=max(16, 2 * k_broadcast + 8)), J
+    result = server.factorize(J, rng, ops, weights, component_k=max(16, 2 * k_broadcast + 8))
+    return np.asarray(result.patterns, dtype=np.int8), result, J
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -174,11 +184,14 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
     log(f"{len(sites.index_of)} site(s) connected, L = {L}, N = {N}, waited {time.monotonic() - t0:.1f} s")
     streams = np.random.default_rng(rc.seed).spawn(L + 2)
     rng_server, rng_part = streams[L], streams[L + 1]
-    server = federation.Server(rc.aggregation, rc.lam_params, **rc.server_options)
+    from .site import instantiate
+
+    server = federation.Server(rc.aggregation, rc.lam_params,
+                               **{k: instantiate(v) for k, v in rc.server_options.items()})
     T = rc.rounds
     hist: dict[str, Any] = {
         "config": rc.to_dict(), "L": L, "N": N, "K": None if xi is None else int(xi.shape[0]),
-        "nodes": {}, "rounds": [], "k_method": server.k_method(L), "participation": part.to_dict(),
+        "nodes": {}, "rounds": [], "server": repr(server), "participation": part.to_dict(),
     }
     patterns = None  # the last broadcast (None: none yet)
     k_broadcast = 0
@@ -216,8 +229,7 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         if len(order) >= rc.min_clients:
             ops = [uploads[i][0] for i in order]
             scal = [uploads[i][1] for i in order]
-            result, J = _server_step(server, ops, scal, rng_server, k_broadcast)
-            patterns = np.asarray(result.patterns, dtype=np.int8)
+            patterns, result, J = _server_step(server, ops, scal, rng_server, k_broadcast)
             k_broadcast = patterns.shape[0]
             vals = np.sort(np.asarray(federation._server_values(result, J)))[::-1]
             rec.update({"skipped": False, "k_hat": int(result.k_hat), "n_patterns": int(k_broadcast),

@@ -1,7 +1,7 @@
 r"""The history of a Flower run (``history.json``), its in-process twin, and their comparison.
 
 ``history.json`` (written by the ServerApp after every round) holds ``config`` (the run
-configuration), ``L``, ``N``, ``K``, ``nodes`` (client index -> Flower node id), ``k_method``,
+configuration), ``L``, ``N``, ``K``, ``nodes`` (client index -> Flower node id), ``server`` (its repr),
 ``participation`` and ``rounds``, one entry per round with
 
 ``t``, ``available``, ``asked``, ``answered``, ``lost`` (client indices), ``skipped`` (too few

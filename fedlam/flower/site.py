@@ -21,7 +21,7 @@ import numpy as np
 from . import config as cfgmod
 from . import messages, wire
 
-__all__ = ["SiteState", "build_client", "handle"]
+__all__ = ["SiteState", "build_client", "handle", "instantiate"]
 
 _STATE_KEY = "fedlam-site"
 
@@ -40,6 +40,40 @@ def _site_stream(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
     return np.random.default_rng(seed).spawn(L + 1)[client_index]
 
 
+def _new_api() -> bool:
+    """True once fedlam.protocol (Upload, data sources) exists (the client/server seam)."""
+    import importlib.util
+
+    return importlib.util.find_spec("fedlam.protocol") is not None
+
+
+def instantiate(value: Any) -> Any:
+    """Build option objects from JSON: a dict with a ``"factory"`` key naming a callable inside
+    the ``fedlam`` package (e.g. ``{"factory": "fedlam.privacy.GaussianMechanism", "epsilon": 2.0}``)
+    is replaced by ``factory(**rest)``; other values are returned unchanged (recursively for
+    dicts and lists). Only ``fedlam.*`` names are accepted.
+    """
+    import importlib
+
+    if isinstance(value, list):
+        return [instantiate(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "factory" not in value:
+        return {k: instantiate(v) for k, v in value.items()}
+    name = value["factory"]
+    if not isinstance(name, str) or not name.startswith("fedlam.") or "." not in name[len("fedlam."):]:
+        raise ValueError(f"factory must name a callable inside fedlam (fedlam.module.Name), got {name!r}")
+    mod_name, _, attr = name.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError):
+        raise ValueError(f"factory {name!r} cannot be imported") from None
+    if not callable(fn):
+        raise ValueError(f"factory {name!r} is not callable")
+    return fn(**{k: instantiate(v) for k, v in value.items() if k != "factory"})
+
+
 def build_client(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_index: int) -> SiteState:
     """The fedlam client of this site, exactly as ``run_federation`` builds client ``client_index``."""
     from fedlam import controller as ctl
@@ -48,16 +82,35 @@ def build_client(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
     if not 0 <= client_index < max(L, 1):
         raise ValueError(f"client-index {client_index} must be in [0, L = {L})")
     rng = _site_stream(site, rc, L, client_index)
-    if site.source == "file":
-        raise NotImplementedError("file sources need fedlam.protocol.ArraySource")  # replaced at the merge
-    archetypes = cfgmod.site_archetypes(site)
-    K, N = archetypes.shape
-    mixture = cfgmod.parse_mixture(site.mixture, rc.rounds, K, client_index, L)
-    spec = federation.ClientSpec(r=site.r, M=site.M, mixture=mixture, kind=site.kind)
     is_const = not isinstance(rc.controller, str)
     controller = ctl.make_controller(rc.controller, r=site.r if rc.known_r else None, alpha=rc.ema_alpha,
                                      w_init=rc.w_init, **({} if is_const else rc.controller_params))
-    client = federation.Client(spec, archetypes, rc.rounds, controller, rng, **rc.client_options)
+    options = {k: instantiate(v) for k, v in rc.client_options.items()}
+    if not _new_api():  # pragma: no cover - before the client/server seam
+        if site.source == "file":
+            raise NotImplementedError("file sources need fedlam.protocol.ArraySource")
+        archetypes = cfgmod.site_archetypes(site)
+        K, N = archetypes.shape
+        mixture = cfgmod.parse_mixture(site.mixture, rc.rounds, K, client_index, L)
+        spec = federation.ClientSpec(r=site.r, M=site.M, mixture=mixture, kind=site.kind)
+        client = federation.Client(spec, archetypes, rc.rounds, controller, rng, **options)
+        return SiteState(client, client_index, N)
+    from fedlam.protocol import ArraySource
+
+    if site.source == "file":
+        ex, labels = cfgmod.load_examples_file(site.path)
+        N = ex.shape[1]
+        spec = federation.ClientSpec(r=site.r, M=site.M, kind=site.kind,
+                                     source=ArraySource(ex, site.M, labels=labels))
+        source = spec.make_source(np.ones((1, N), dtype=np.int8), rc.rounds)
+    else:
+        archetypes = cfgmod.site_archetypes(site)
+        K, N = archetypes.shape
+        mixture = cfgmod.parse_mixture(site.mixture, rc.rounds, K, client_index, L)
+        spec = federation.ClientSpec(r=site.r, M=site.M, mixture=mixture, kind=site.kind)
+        source = spec.make_source(archetypes, rc.rounds)
+    r_known = site.r if rc.known_r and site.kind != "noise" else None
+    client = federation.Client(source, controller, rng, kind=site.kind, r=r_known, N=N, **options)
     return SiteState(client, client_index, N)
 
 
@@ -136,8 +189,13 @@ def handle(content: Any, node_config: Mapping[str, Any], run_config: Mapping[str
         broadcast = np.zeros((st.N, st.N))
     else:
         broadcast = None
-    op_arr, w = client.upload(broadcast)
-    scalars = {"batch-size": client.batch_size, "weight": float(w), "noise-var": None, "dp-sigma": 0.0,
+    up = client.upload(broadcast)
+    if isinstance(up, tuple):  # pragma: no cover - before the client/server seam: (operator, w)
+        op_arr, w = up
+        noise_var, dp_sigma, M = None, 0.0, client.batch_size
+    else:
+        op_arr, w, noise_var, dp_sigma, M = up.operator, up.weight, up.noise_var, up.dp_sigma, up.batch_size
+    scalars = {"batch-size": M, "weight": float(w), "noise-var": noise_var, "dp-sigma": float(dp_sigma),
                **_diagnostics(client, controlled)}
     arrays = wire.encode_operator(np.asarray(op_arr, dtype=np.float64), req["precision"], req["rank"])
     _store(state, st)
