@@ -42,7 +42,8 @@ def main() -> None:
     cmd = [sys.executable, "-m", "fedlam.reproduce", "--preset", "paper", "--scheduler", "local",
            "--workers", str(ns.workers), "--out", str(out), "--only", *names]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # run outside the source tree: `python -m` puts the working directory first on sys.path
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     print(proc.stdout[-3000:])
     if proc.returncode != 0:

@@ -21,8 +21,9 @@ and ``--out`` is created and probed for writing before any work.
 ``--scheduler`` spreads every experiment's seeds over a ``dask.distributed`` cluster:
 ``local`` starts a ``LocalCluster`` on 127.0.0.1 with ``--workers`` single-threaded worker
 processes for the duration of the command; ``tcp://HOST:PORT`` uses a running scheduler (start
-one with ``dask scheduler`` and ``dask worker tcp://HOST:PORT`` on each machine; fedlam must be
-installed on every worker). The notebook kernels find it through ``FEDLAM_SCHEDULER``
+one with ``dask scheduler`` and ``dask worker tcp://HOST:PORT`` on each machine; the same fedlam
+must be installed on the scheduler's machine and on every worker, because the scheduler unpickles
+the tasks). The notebook kernels find it through ``FEDLAM_SCHEDULER``
 (:mod:`fedlam.experiments._executor`); results do not depend on where the seeds ran. The experiments are described in
 {ref}`sec-exp-bbp` to {ref}`sec-exp-baselines`.
 
