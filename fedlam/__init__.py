@@ -37,6 +37,8 @@ _SUBMODULES = {
     "widgets",
     "experiments",
     "reproduce",
+    "participation",
+    "flower",
 }
 
 _FUNCTIONS = {
