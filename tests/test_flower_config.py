@@ -84,7 +84,7 @@ def _ex(M=20, N=30, seed=0):
 def test_examples_file_formats(tmp_path):
     ex = _ex()
     np.save(tmp_path / "a.npy", ex)
-    np.savez(tmp_path / "b.npz", examples=ex.astype(np.float32), labels=np.arange(20) % 3)
+    np.savez(tmp_path / "b.npz", examples=ex.astype(np.int64), labels=np.arange(20) % 3)
     got, lab = C.load_examples_file(tmp_path / "a.npy", 30)
     assert got.dtype == np.int8 and np.array_equal(got, ex) and lab is None
     got, lab = C.load_examples_file(tmp_path / "b.npz")
@@ -102,6 +102,8 @@ def test_examples_file_rejections(tmp_path):
     cases["vec.npy"] = "2-D"
     np.save(tmp_path / "bool.npy", ex > 0)
     cases["bool.npy"] = "dtype bool"
+    np.save(tmp_path / "float.npy", ex.astype(np.float32))
+    cases["float.npy"] = "dtype float32"
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     cases["obj.npy"] = "without pickle"
     np.savez(tmp_path / "nokey.npz", data=ex)

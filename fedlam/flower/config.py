@@ -443,8 +443,9 @@ def load_examples_file(path: str | os.PathLike, N: int | None = None) -> tuple[n
         raise ValueError(f"examples file {str(p)!r} is not a valid .npy/.npz file: {exc}") from None
     if ex.ndim != 2 or ex.shape[0] < 1 or ex.shape[1] < 2:
         raise ValueError(f"examples in {str(p)!r} must be a 2-D (M_total >= 1, N >= 2) array, got shape {ex.shape}")
-    if not (np.issubdtype(ex.dtype, np.integer) or np.issubdtype(ex.dtype, np.floating)) or ex.dtype == bool:
-        raise ValueError(f"examples in {str(p)!r} must be integers or floats equal to +-1, got dtype {ex.dtype}")
+    if not np.issubdtype(ex.dtype, np.integer) or ex.dtype == bool:
+        raise ValueError(f"examples in {str(p)!r} must be an integer array of -1/+1 (int8 recommended), "
+                         f"got dtype {ex.dtype}")
     bad = (ex != 1) & (ex != -1)
     if bad.any():
         i, j = np.argwhere(bad)[0]
