@@ -18,8 +18,9 @@ or the site's own file of +-1 examples ::
 File format (validated by :func:`load_examples_file`): ``.npy`` holding one 2-D array
 ``(M_total, N)``, or ``.npz`` holding ``examples`` ``(M_total, N)`` and optionally ``labels``
 ``(M_total,)`` non-negative ints (used for nothing that leaves the site). Entries must be exactly
--1 or +1 (any integer or float dtype; int8 is the natural choice, 1 byte per pixel); no pickled
-objects. Derived in {ref}`sec-deploy-run`.
+-1 or +1 in an integer dtype (int8 is the natural choice, 1 byte per pixel; booleans and floats
+are refused rather than cast, as :class:`fedlam.protocol.ArraySource` does); no pickled objects.
+Derived in {ref}`sec-deploy-real`.
 """
 
 from __future__ import annotations
