@@ -108,6 +108,11 @@ def flower_environment(flwr_home: str | os.PathLike, base: Mapping[str, str] | N
     })
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
+    # the SuperLink and SuperNodes start `flower-superexec` (and it `flwr-serverapp` /
+    # `flwr-clientapp`) through PATH: put this interpreter's scripts first, so that an
+    # environment used without activating it (``/path/to/venv/bin/python -m ...``) still works
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "") if env.get("PATH") else bindir
     # SuperExec looks for new ClientApp/ServerApp tasks every second by default; on loopback a
     # shorter interval takes up to ~0.5 s off every round (the SuperNode's own 3 s idle poll of
     # the SuperLink is fixed in Flower 1.42)
