@@ -1,6 +1,6 @@
 """Spreading an experiment's independent seeds over a ``concurrent.futures`` executor.
 
-Every experiment draws its per-seed integer seeds up front (:func:`fedlam.experiments._common.seed_pairs`)
+Every experiment draws its per-seed integer seeds up front (``fedlam.experiments._common.seed_pairs``)
 and then runs one independent task per seed. :func:`map_seeds` runs those tasks serially, on a
 ``ProcessPoolExecutor``, or on a ``dask.distributed`` cluster (``Client.get_executor()``), and
 returns their results in task order -- so a result never depends on the executor, only on the
