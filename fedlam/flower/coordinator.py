@@ -114,20 +114,12 @@ def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
                  k_broadcast: int) -> tuple[np.ndarray, Any, np.ndarray]:
     """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
     index): (patterns, factorize result, aggregate)."""
-    if hasattr(server, "round"):
-        from fedlam.protocol import Upload
+    from fedlam.protocol import Upload
 
-        uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
-                   for op, s in zip(ops, scal)]
-        rr = server.round(uploads, rng, broadcast_rank=k_broadcast)
-        return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate
-    from fedlam import operators  # pragma: no cover - before the client/server seam
-
-    sizes = np.array([s["batch-size"] for s in scal], dtype=np.float64)
-    weights = server.weights(len(ops), sizes)
-    J = operators.aggregate(ops, weights)
-    result = server.factorize(J, rng, ops, weights, component_k=max(16, 2 * k_broadcast + 8))
-    return np.asarray(result.patterns, dtype=np.int8), result, J
+    uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
+               for op, s in zip(ops, scal)]
+    rr = server.round(uploads, rng, broadcast_rank=k_broadcast)
+    return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -40,13 +40,6 @@ def _site_stream(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
     return np.random.default_rng(seed).spawn(L + 1)[client_index]
 
 
-def _new_api() -> bool:
-    """True once fedlam.protocol (Upload, data sources) exists (the client/server seam)."""
-    import importlib.util
-
-    return importlib.util.find_spec("fedlam.protocol") is not None
-
-
 def instantiate(value: Any) -> Any:
     """Build option objects from JSON: a dict with a ``"factory"`` key naming a callable inside
     the ``fedlam`` package (e.g. ``{"factory": "fedlam.privacy.GaussianMechanism", "epsilon": 2.0}``)
@@ -86,15 +79,6 @@ def build_client(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
     controller = ctl.make_controller(rc.controller, r=site.r if rc.known_r else None, alpha=rc.ema_alpha,
                                      w_init=rc.w_init, **({} if is_const else rc.controller_params))
     options = {k: instantiate(v) for k, v in rc.client_options.items()}
-    if not _new_api():  # pragma: no cover - before the client/server seam
-        if site.source == "file":
-            raise NotImplementedError("file sources need fedlam.protocol.ArraySource")
-        archetypes = cfgmod.site_archetypes(site)
-        K, N = archetypes.shape
-        mixture = cfgmod.parse_mixture(site.mixture, rc.rounds, K, client_index, L)
-        spec = federation.ClientSpec(r=site.r, M=site.M, mixture=mixture, kind=site.kind)
-        client = federation.Client(spec, archetypes, rc.rounds, controller, rng, **options)
-        return SiteState(client, client_index, N)
     from fedlam.protocol import ArraySource
 
     if site.source == "file":
@@ -190,13 +174,8 @@ def handle(content: Any, node_config: Mapping[str, Any], run_config: Mapping[str
     else:
         broadcast = None
     up = client.upload(broadcast)
-    if isinstance(up, tuple):  # pragma: no cover - before the client/server seam: (operator, w)
-        op_arr, w = up
-        noise_var, dp_sigma, M = None, 0.0, client.batch_size
-    else:
-        op_arr, w, noise_var, dp_sigma, M = up.operator, up.weight, up.noise_var, up.dp_sigma, up.batch_size
-    scalars = {"batch-size": M, "weight": float(w), "noise-var": noise_var, "dp-sigma": float(dp_sigma),
-               **_diagnostics(client, controlled)}
-    arrays = wire.encode_operator(np.asarray(op_arr, dtype=np.float64), req["precision"], req["rank"])
+    scalars = {"batch-size": up.batch_size, "weight": float(up.weight), "noise-var": up.noise_var,
+               "dp-sigma": float(up.dp_sigma), **_diagnostics(client, controlled)}
+    arrays = wire.encode_operator(np.asarray(up.operator, dtype=np.float64), req["precision"], req["rank"])
     _store(state, st)
     return messages.round_reply(arrays, scalars)
