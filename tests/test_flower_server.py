@@ -131,3 +131,49 @@ def test_site_rejects_unknown_operation():
     rc, nodes = _setup()
     with pytest.raises(ValueError, match="unknown fedlam operation"):
         handle(RecordDict({"fedlam": ConfigRecord({"op": "steal"})}), nodes[0], rc, RecordDict())
+
+
+def test_privacy_option_passes_through_bit_identical():
+    """client-options {"privacy": {"factory": ...}} builds the same mechanism as run_federation(privacy=)."""
+    import json
+
+    from fedlam import data, federation, privacy
+
+    priv = {"factory": "fedlam.privacy.GaussianMechanism", "epsilon": 8.0, "delta": 1e-5, "rounds": 3}
+    rc, nodes = _setup(precision="float64", **{"client-options": json.dumps({"privacy": priv})})
+    h, _, _ = _serve(rc, nodes)
+    xi = data.random_archetypes(K, N, 7)
+    specs = [federation.ClientSpec(r=R, M=M, mixture=np.full((T, K), 1 / K)) for _ in range(L)]
+    ref = federation.run_federation(xi, specs, T, rc["seed"],
+                                    privacy=privacy.GaussianMechanism(epsilon=8.0, delta=1e-5, rounds=3))
+    assert history.compare(h, ref)["identical"]
+    assert all(r["k_hat"] is not None for r in h["rounds"])
+
+
+def test_factory_must_live_in_fedlam():
+    from fedlam.flower.site import instantiate
+
+    with pytest.raises(ValueError, match="inside fedlam"):
+        instantiate({"factory": "os.system", "command": "true"})
+    with pytest.raises(ValueError, match="cannot be imported"):
+        instantiate({"factory": "fedlam.nothing.Here"})
+    assert instantiate({"a": [1, {"b": 2}]}) == {"a": [1, {"b": 2}]}
+
+
+def test_file_sources_run(tmp_path):
+    """Sites with their own .npz files (no archetypes anywhere): the run completes and finds them."""
+    from fedlam import data
+
+    xi = data.random_archetypes(K, N, 1)
+    nodes = []
+    for c in range(L):
+        ex, lab = data.sample_examples(xi, 300, 0.8, np.full(K, 1 / K), np.random.default_rng(c))
+        np.savez(tmp_path / f"site{c}.npz", examples=ex, labels=lab)
+        nodes.append(C.node_config_for_site(client_index=c, M=M, path=str(tmp_path / f"site{c}.npz")))
+    rc = {"rounds": 3, "seed": 0, "num-clients": L, "N": N}
+    h, _, _ = _serve(rc, nodes)
+    assert "magnetization" not in h["rounds"][-1]  # the server knows no archetypes
+    from fedlam import metrics
+
+    pats = np.array(h["rounds"][-1]["patterns"], dtype=np.int8)
+    assert h["rounds"][-1]["k_hat"] == K and metrics.magnetization(pats, xi).min() > 0.9
