@@ -92,14 +92,19 @@ def test_loopback_federation_bit_identical(tmp_path, no_leftovers):
 
 @pytest.mark.slow
 def test_killed_supernode_does_not_stop_the_federation(tmp_path, no_leftovers):
-    rc, nodes = _plan(T=3, **{"min-clients": 2, "round-timeout": 30.0, "precision": "float32"})
+    rc, nodes = _plan(T=4, **{"min-clients": 2, "round-timeout": 30.0, "precision": "float32"})
     hist = run(rc, nodes, tmp_path, timeout=900, kill_node=2, kill_after_round=0, figures=False,
                echo=lambda *_: None)
     assert hist["killed_nodes"] == [2]
     R = hist["rounds"]
-    assert R[0]["answered"] == [0, 1, 2]
-    assert all(r["answered"] == [0, 1] and not r["skipped"] for r in R[1:])
-    assert R[-1]["magnetization"] == [1.0, 1.0, 1.0]
+    [done] = hist["killed_after_rounds"]  # rounds completed when the launcher saw round 0 and killed
+    assert done >= 1 and R[0]["answered"] == [0, 1, 2]
+    # the round running at the kill may or may not have node 2's upload; every later round
+    # goes on with the two others (after waiting round-timeout for the dead one)
+    later = R[done + 1:]
+    assert later, "the kill came too late to test anything"
+    assert all(r["answered"] == [0, 1] and not r["skipped"] for r in later)
+    assert all(not r["skipped"] for r in R) and R[-1]["magnetization"] == [1.0, 1.0, 1.0]
 
 
 def test_port_clash_is_reported(tmp_path, no_leftovers):

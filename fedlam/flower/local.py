@@ -146,7 +146,8 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
     if hist_path.exists():
         hist_path.unlink()
     t0 = time.monotonic()
-    killed = []
+    killed: list[int] = []
+    killed_at: list[int] = []
 
     def on_poll(_st: dict) -> None:
         if kill_node is None or killed or not hist_path.exists():
@@ -159,6 +160,7 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
             echo(f"killing SuperNode {kill_node} after round {kill_after_round}")
             fed.kill_node(kill_node)
             killed.append(kill_node)
+            killed_at.append(len(h["rounds"]))  # rounds completed when the kill happened
 
     with LocalFederation(node_configs, out / "logs") as fed:
         echo(f"SuperLink on 127.0.0.1:{fed.superlink_port}, {len(node_configs)} SuperNode(s) on ports "
@@ -175,6 +177,7 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
                       "network-traffic": status.get("network-traffic"), "compute-time": status.get("compute-time")}
     hist["wall_seconds"] = round(time.monotonic() - t0, 2)
     hist["killed_nodes"] = killed
+    hist["killed_after_rounds"] = killed_at
     if dead:
         echo(f"warning: SuperNode(s) {dead} exited during the run (see logs/)")
     hist["dead_nodes"] = dead
