@@ -181,7 +181,10 @@ class Client:
         ``1 - r^2``); None: estimated from its own operator
         (:func:`fedlam.khat.client_noise_var`).
     privacy : PrivacyMechanism or None
-        Noise added to every upload.
+        Noise added to the client's fresh operator ``B`` before anything else is computed
+        from it (weight, blend, reported scalars), so that the whole upload is covered by the
+        mechanism's guarantee; the reported bulk variance is then ``1 - r^2`` for a declared
+        ``r`` and None otherwise (never estimated from the raw examples).
     N : int or None
         Dimension (needed only for a poisoner, which has no source).
     """
@@ -266,21 +269,28 @@ class Client:
             return Upload(operators.pattern_operator(self.__fake), 0, float("nan"))
         M = self.batch_size
         B = operators.hebbian(self.__examples) if M > 0 else None
-        s2 = self._noise_var() if B is not None else None
+        sigma = 0.0
+        if self.__privacy is not None and B is not None:
+            # noise first: the weight, the blend and every scalar sent are then functions of
+            # the noised operator and public quantities only (post-processing), so the
+            # (epsilon, delta) guarantee covers the whole upload (chapter 11)
+            B, sigma = self.__privacy.apply(B, M, self.__rng)
+            s2 = None if self.__r is None else 1.0 - self.__r ** 2
+        else:
+            s2 = self._noise_var() if B is not None else None
         if broadcast is None:  # round 0
             op, w = (B, 1.0) if B is not None else (np.zeros((self.N, self.N)), 0.0)
         else:
             spec = None
             if B is not None and self.controller.needs_spectrum:
-                spec = ctl.local_spectrum(self.__examples)
+                spec = (ctl.local_spectrum(self.__examples) if self.__privacy is None
+                        else ctl.local_spectrum(B=B, M=M))
             w = float(self.controller.update(broadcast, B, M, spec))
             op = operators._blend(B, broadcast, w) if B is not None else broadcast.copy()
         if self.kind == "flip":
             op = -op
-        sigma = 0.0
-        if self.__privacy is not None:
-            op, sigma = self.__privacy.apply(op, M, self.__rng)
-        return Upload(op, M, w, s2, float(sigma))
+        # the noise in the upload is w times the noise added to B
+        return Upload(op, M, w, s2, float(w * sigma))
 
 
 @dataclass(frozen=True)
