@@ -71,6 +71,19 @@ def test_partial_participation_matches_model():
         assert [t for t in f.handled if t is not None] == [r["t"] for r in h["rounds"] if c in r["asked"]]
 
 
+@pytest.mark.parametrize("run", [{"fraction": 2 / 3}, {"fraction": 2 / 3, "min-clients": 2}])
+def test_partial_participation_bit_identical_to_run_federation(run):
+    """run_federation(participation=...) is the in-process model of the deployment: same
+    sampling stream, same clients asked, same uploads used, same memory."""
+    rc, nodes = _setup(rounds=5, precision="float64", **run)
+    h, _, _ = _serve(rc, nodes)
+    ref = history.reference_history(rc, nodes)
+    cmp = history.compare(h, ref)
+    assert cmp["identical"], cmp
+    assert [list(a) for a in ref.answered] == [r["answered"] for r in h["rounds"]]
+    assert ref.params["participation"]["fraction"] == pytest.approx(2 / 3)
+
+
 def test_silent_site_is_dropped_after_timeout_and_run_goes_on():
     rc, nodes = _setup(rounds=4, **{"round-timeout": 0.3, "min-clients": 2})
     h, _, logs = _serve(rc, nodes, {2: {"silent_from_round": 1}})
