@@ -21,10 +21,12 @@ have yet are here too: :func:`effective_sample_size`, :func:`spectrum_variance` 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +40,10 @@ from fedlam.experiments._common import (
     check_nonneg_int,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 
 __all__ = ["CrossDeviceParams", "CrossDeviceResult", "PRESETS", "RULES", "AGGREGATIONS", "ARCHETYPES",
@@ -134,7 +138,7 @@ class CrossDeviceParams:
             raise ValueError(f"r must be < 1 (noiseless examples have no bulk), got {self.r!r}")
         check_positive_int(self.total, "total")
         Ls = check_int_tuple(self.Ls, "Ls")
-        if any(b <= a for a, b in zip(Ls, Ls[1:])):
+        if any(b <= a for a, b in itertools.pairwise(Ls)):
             raise ValueError(f"Ls must be strictly increasing, got {self.Ls!r}")
         if Ls[-1] > MAX_CLIENTS:
             raise ValueError(f"Ls must be <= {MAX_CLIENTS}, got {Ls[-1]}")
