@@ -203,7 +203,7 @@ def test_kurtosis_edge_shift_closed_forms():
 
 def test_kurtosis_edge_shift_moves_the_edge_of_pm1_noise():
     """+-1 noise at r = 0.9 (k = 15): its top eigenvalue sits above the Gaussian one by the first-order
-    shift, measurably more than pm1_ratio's moment-matched edge says."""
+    shift, measurably more than an MP law with the matched variance, q (1 + k/N), says."""
     N, M, r = 200, 400, 0.9
     s2 = 1 - r * r
     k = 4 / s2 - 6
@@ -217,7 +217,7 @@ def test_kurtosis_edge_shift_moves_the_edge_of_pm1_noise():
     d = np.mean(top_pm) - np.mean(top_g)
     se = math.hypot(np.std(top_pm), np.std(top_g)) / math.sqrt(60)
     edge, shift = xdev.kurtosis_edge_shift([khat.Component(s2, N / M)], k, N)
-    moment = khat.free_edge([khat.Component(s2, khat.pm1_ratio(N, M, s2))]) - edge
+    moment = khat.free_edge([khat.Component(s2, (N / M) * (1 + k / N))]) - edge
     # first order in k/N = 0.075: the second-order term is ~10 % of the shift here
     assert abs(d - shift) < 4 * se + 0.15 * shift
     assert d - moment > 4 * se

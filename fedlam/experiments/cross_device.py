@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from fedlam.khat import kurtosis_edge_shift  # noqa: F401  (re-exported: the notebook's name)
 from fedlam._validation import _describe, as_rng
 from fedlam.experiments._common import (
     JsonResult,
@@ -247,58 +248,6 @@ def spectrum_variance(N: int, M: int, s2: float, kurtosis: float) -> float:
     s2 = check_in_range(s2, "s2", 0.0, None, low_open=True)
     k = check_in_range(kurtosis, "kurtosis", -2.0, None)
     return float(s2 * s2 * (N / M) * (1.0 + (1.0 + k) / N - (2.0 + k) / (N * N)))
-
-
-def kurtosis_edge_shift(components: Sequence[Any], kurtosis: Any, N: int) -> tuple[float, float]:
-    """Free edge of the components and its first-order shift from the entries' fourth cumulant.
-
-    The free edge (:func:`fedlam.khat.free_edge`) is the limit law's. For entries with excess
-    kurtosis ``k_c`` (+-1 data: ``4 / s2_c - 6``; -2 for uniform +-1) the edge of the finite-N
-    aggregate moves by
-
-    ``delta = (2 G / N) sum_c k_c a_c theta_c / (1 - theta_c G)^3 / (1 + sum_c a_c / (1 - theta_c G)^2 / edge)``
-
-    with ``a_c`` the components' scales, ``theta_c = a_c q_c`` their jumps and ``G`` the
-    critical point of the edge (first order in ``k / N``; from the fourth-cumulant term of the
-    self-consistent equation of the linearised sample covariance). One component gives
-    ``edge * sqrt(q) k / N``; identical components give the pooled law's shift. Derived in
-    {ref}`sec-many-clients`.
-
-    Parameters
-    ----------
-    components : sequence of fedlam.khat.Component
-        Positive scales only.
-    kurtosis : float or sequence of float
-        Excess kurtosis per component (or one for all), each >= -2.
-    N : int
-        Dimension.
-
-    Returns
-    -------
-    (edge, shift) : tuple of float
-    """
-    from fedlam import khat
-
-    N = check_positive_int(N, "N", minimum=2)
-    if isinstance(components, khat.Component) or not isinstance(components, Sequence) or not components:
-        raise TypeError(f"components must be a non-empty list of fedlam.khat.Component, got {_describe(components)}")
-    for i, c in enumerate(components):
-        if not isinstance(c, khat.Component):
-            raise TypeError(f"components[{i}] must be a fedlam.khat.Component, got {_describe(c)}")
-    a = np.array([float(c.scale) for c in components])
-    q = np.array([float(c.ratio) for c in components])
-    if np.any(a <= 0):
-        raise ValueError("components must have positive scales")
-    k = np.broadcast_to(np.asarray(kurtosis, dtype=np.float64), a.shape) if np.ndim(kurtosis) == 0 \
-        else np.asarray(kurtosis, dtype=np.float64)
-    if k.shape != a.shape or not np.all(np.isfinite(k)) or np.any(k < -2.0):
-        raise ValueError(f"kurtosis must be one number or {a.size} numbers, each >= -2, got {_describe(kurtosis)}")
-    edge, G, _ = khat._free_edge(a, q)
-    th = a * q
-    d = 1.0 - th * G
-    num = 2.0 * G / N * float(np.sum(k * a * th / d**3))
-    den = 1.0 + float(np.sum(a / d**2)) / edge
-    return float(edge), float(num / den)
 
 
 # ---------------------------------------------------------------------------------------------
