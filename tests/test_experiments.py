@@ -18,7 +18,8 @@ TINY = {
     drift: dict(N=40, T=4, M=30, seeds=1, controllers=(0.0, "novelty")),
     novelty: dict(N=40, T=5, t_intro=2, ramp=2, M=30, K_old=2, K_new=1, seeds=1, controllers=("novelty",)),
     adversarial: dict(N=40, M=40, T=3, n_good=2, attacks=("noise", "poison"), controllers=("paper",), seeds=1),
-    structured: dict(rs=(0.8,), decorrelated=(False,), T=2, M_total=60, seeds=1),
+    structured: dict(rs=(0.8,), decorrelated=(False,), T=2, M_total=60, seeds=1, Ks=(3,), n_subsets=1,
+                     examples_per_class=80, searches=("span",), fed_subsets=1, fed_T=1, fed_examples_per_class=30),
     baselines: dict(scenarios=("drift",), N=40, T=4, M=30, seeds=1),
 }
 
@@ -71,6 +72,17 @@ def test_make_params_overrides_and_rejects(mod):
         (structured.StructuredParams, "rs", (0.6, 1.2), ValueError),
         (structured.StructuredParams, "decorrelated", (0,), TypeError),
         (structured.StructuredParams, "method", "median", ValueError),
+        (structured.StructuredParams, "Ks", (1, 3), ValueError),
+        (structured.StructuredParams, "Ks", (3, 3), ValueError),
+        (structured.StructuredParams, "Ks", (3, 41), ValueError),
+        (structured.StructuredParams, "Ks", [3, 5], TypeError),
+        (structured.StructuredParams, "searches", ("span", "greedy"), ValueError),
+        (structured.StructuredParams, "searches", ("span", "span"), ValueError),
+        (structured.StructuredParams, "searches", "span", TypeError),
+        (structured.StructuredParams, "fed_subsets", 11, ValueError),
+        (structured.StructuredParams, "examples_per_class", 10**6, ValueError),
+        (structured.StructuredParams, "fed_examples_per_class", 0, ValueError),
+        (structured.StructuredParams, "subset_seed", -1, ValueError),
         (baselines.BaselinesParams, "methods", ("federated", "ensemble"), ValueError),
         (baselines.BaselinesParams, "scenarios", ("drift", "drift"), ValueError),
     ],
@@ -173,6 +185,110 @@ def test_structured_shapes():
     assert res.examples.shape == (1, 3, 784)
     assert set(np.unique(res.reconstructions)) <= {-1, 0, 1}
     assert p.M == 10  # ceil(60 / (3 * 2))
+    # part 2: one subset of K = 3, conditions (exact, r = 0.8), one search
+    assert res.subsets == ((structured.random_class_subsets(3, 1, p.subset_seed)[0],),)
+    for name in ("single_k_hat", "single_accepted", "single_recovered", "single_spurious", "single_min_m"):
+        assert getattr(res, name).shape == (1, 1, 2, 1), name
+    for name in ("paper_single_k_hat", "paper_single_recovered", "paper_single_spurious", "paper_single_min_m"):
+        assert getattr(res, name).shape == (2, 1), name
+    for name in ("fed_k_hat", "fed_recovered", "fed_spurious", "fed_min_m"):
+        assert getattr(res, name).shape == (1, 1, 1, p.fed_T), name
+    assert res.subset_overlap_max.shape == res.subset_overlap_mean.shape == res.subset_min_eig.shape == (1, 1)
+    assert 0 < res.subset_overlap_mean[0, 0] <= res.subset_overlap_max[0, 0] < 1
+    # the exact operators of three silhouettes (a random subset and the paper's): every archetype, nothing else
+    assert res.single_recovered[0, 0, 0, 0] == 3 and res.single_spurious[0, 0, 0, 0] == 0
+    assert res.paper_single_recovered[0, 0] == 3 and res.paper_single_min_m[0, 0] == 1.0
+    assert np.all(res.single_recovered <= 3) and np.all(res.fed_recovered <= 3)
+    assert res.summary["K=3/exact/span"] == {"subsets_all_recovered": 1, "recovered": 3, "of": 3, "spurious": 0}
+    assert "subsets" in res.to_dict() and "StructuredResult(part 1" in repr(res)
+
+
+def test_structured_without_federations_or_lam():
+    p = structured.StructuredParams(**{**TINY[structured], "fed_subsets": 0, "searches": ("lam", "span")})
+    res = structured.run(p, 1)
+    assert res.fed_k_hat.shape == (1, 0, 1, 1)
+    assert res.single_k_hat.shape == (1, 1, 2, 2)
+    assert "K=3/federation" not in res.summary
+
+
+def test_random_class_subsets():
+    a = structured.random_class_subsets(5, 4, seed=7)
+    b = structured.random_class_subsets(5, 2, seed=7)
+    assert a[:2] == b  # the first subsets do not depend on n
+    assert structured.random_class_subsets(5, 4, seed=8) != a
+    for cls in a:
+        assert len(cls) == 5 == len(set(cls)) and all(0 <= c < structured.N_CLASSES for c in cls)
+    with pytest.raises(ValueError, match="K must be <= n_classes"):
+        structured.random_class_subsets(102, 1)
+    with pytest.raises(ValueError, match="n"):
+        structured.random_class_subsets(3, 0)
+
+
+def test_overlap_structure():
+    H = np.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1]], dtype=np.int8)  # orthogonal rows
+    o = structured.overlap_structure(H)
+    assert o == {"max": 0.0, "mean": 0.0, "min_eig": pytest.approx(1.0)}
+    o2 = structured.overlap_structure(np.vstack([H[:2], H[:1]]))  # a repeated row: dependent family
+    assert o2["max"] == 1.0 and o2["min_eig"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="patterns"):
+        structured.overlap_structure(np.zeros((2, 4)))
+
+
+def test_factorize_subset_and_validation():
+    run_ = structured.factorize_subset(("anchor", "bass", "Motorbikes 16"), rng=0)
+    assert run_.r is None and run_.M == 0 and run_.recovered == 3 and run_.spurious == 0
+    assert run_.names == ("anchor", "bass", "Motorbikes 16") and run_.reconstructions.shape == (3, 784)
+    np.testing.assert_array_equal(np.abs(run_.reconstructions), 1)
+    assert "exact operator" in repr(run_)
+    with pytest.raises(ValueError, match="M must be"):
+        structured.factorize_subset([0, 1, 2], r=0.8, M=0)
+    with pytest.raises(ValueError, match="M must be <="):
+        structured.factorize_subset([0, 1, 2], r=0.8, M=10**6)
+    with pytest.raises(ValueError, match="search"):
+        structured.factorize_subset([0, 1, 2], search="greedy")
+    with pytest.raises(ValueError, match="unknown class name"):
+        structured.factorize_subset(["anchor", "unicorn"])
+    with pytest.raises(ValueError, match="distinct"):
+        structured.factorize_subset([4, 4])
+    with pytest.raises(ValueError, match="one row per class"):
+        structured.factorize_subset([0, 1, 2], archetypes=np.ones((2, 784), dtype=np.int8))
+
+
+@pytest.mark.slow
+def test_explore_every_parameter_matters():
+    """The structured explorer's function is not inert: K, the subset, r and M each change the result."""
+    def key(out):
+        return (out.classes, out.k_hat, out.n_accepted, tuple(np.round(out.magnetization, 3)))
+
+    base = structured.explore(K=4, subset=0, r=0.5, M=400)
+    assert base.recovered == 4 and base.k_hat == 4
+    assert key(structured.explore(K=5, subset=0, r=0.5, M=400)) != key(base)   # K: other images
+    assert structured.explore(K=4, subset=1, r=0.5, M=400).classes != base.classes
+    low_r = structured.explore(K=4, subset=0, r=0.25, M=400)  # weak examples: archetypes not recovered exactly
+    assert key(low_r) != key(base) and low_r.magnetization.min() < 1.0
+    few = structured.explore(K=4, subset=0, r=0.5, M=150)     # M < N/4: read as the exact operator of 150 examples
+    assert few.k_hat == 150 and few.recovered == 0
+    with pytest.raises(ValueError, match="K must be <="):
+        structured.explore(K=41)
+
+
+def test_sign_gram_schmidt():
+    xi = structured.factorize_subset(("anchor", "bass", "Motorbikes 16"), rng=0).archetypes
+    np.testing.assert_array_equal(structured.sign_gram_schmidt(xi), xi)  # sums of |q| below 1: unchanged
+    np.testing.assert_array_equal(structured.sign_gram_schmidt(xi[:2][::-1]), xi[:2][::-1])  # K = 2: always unchanged
+    rng = np.random.default_rng(0)
+    parent = rng.choice(np.array([-1, 1], dtype=np.int8), 400)
+    fam = np.where(rng.random((6, 400)) < 0.1, -parent, parent).astype(np.int8)  # overlaps ~0.64
+    out = structured.sign_gram_schmidt(fam)
+    assert out.dtype == np.int8 and set(np.unique(out)) <= {-1, 1}
+    X, O = fam.astype(float), out.astype(float)
+    for mu in range(6):  # a sign can change only where sum_{nu < mu} |q| >= 1
+        qsum = float(np.abs(O[:mu] @ X[mu] / 400).sum())
+        if qsum < 1:
+            np.testing.assert_array_equal(out[mu], fam[mu])
+    assert not np.array_equal(out, fam)
+    with pytest.raises(ValueError, match="patterns"):
+        structured.sign_gram_schmidt(np.zeros((2, 3)))
 
 
 def test_baselines_shapes_and_loop_matches_federation():

@@ -1,33 +1,73 @@
-"""Experiment 5: structured archetypes (Caltech-101 silhouettes).
+"""Experiment 5: structured archetypes (Caltech-101 silhouettes), the paper's three and beyond.
 
-Three class prototypes of the Caltech-101 silhouettes (anchor, bass, "Motorbikes 16"; N = 784)
-are the archetypes; noisy examples come from the same bit-flip channel as for random patterns.
-The federation (L = 3 clients, constant weight w = 0.6 as in the paper) runs at two qualities,
-r = 0.6 and r = 0.8, with the raw (strongly correlated) prototypes and with decorrelated
-surrogates (:func:`fedlam.data.decorrelate`). The paper's version is its figure
-"structured_results". The notebook is {ref}`sec-exp-structured`.
+Part 1, the paper's experiment: three class prototypes of the Caltech-101 silhouettes
+(anchor, bass, "Motorbikes 16"; N = 784) are the archetypes; noisy examples come from the same
+bit-flip channel as for random patterns. The federation (L = 3 clients, constant weight
+w = 0.6 as in the paper) runs at two qualities, r = 0.6 and r = 0.8, with the raw (correlated)
+prototypes and with decorrelated surrogates (:func:`fedlam.data.decorrelate`). The paper's
+version is its figure "structured_results".
+
+Part 2, beyond three classes: random class subsets of K = 3, 5, 8, 10 classes (seeded), their
+overlap structure, and the factorization of one operator per subset -- the exact operator
+``xi^T xi / N`` and one Hebbian operator of ``examples_per_class * K`` noisy examples at each r
+-- by the default in-span search and, for comparison, the tuned LAM (``search="lam"``); then
+federations (L clients, the paper's constant weight) on the first subsets of each K.
+
+:func:`explore` (one operator of one random subset: K, subset, r, M) is the pure function
+behind the notebook's explorer; :func:`sign_gram_schmidt` is the authors' preprocessing
+(their draft's eq. ``struct_decorr``), written from the formula. The notebook is
+{ref}`sec-exp-structured`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+from fedlam._validation import as_rng, check_pm1
 from fedlam.experiments._common import (
     JsonResult,
     check_bool,
     check_choice,
     check_controllers,
     check_float_tuple,
+    check_int_tuple,
+    check_nonneg_int,
     check_positive_int,
+    check_quality,
     make_params as _make_params,
     seed_pairs,
 )
 
-__all__ = ["StructuredParams", "StructuredResult", "PRESETS", "make_params", "run"]
+__all__ = [
+    "StructuredParams",
+    "StructuredResult",
+    "SubsetRun",
+    "PRESETS",
+    "SEARCHES",
+    "N_CLASSES",
+    "make_params",
+    "run",
+    "random_class_subsets",
+    "overlap_structure",
+    "factorize_subset",
+    "explore",
+    "sign_gram_schmidt",
+]
+
+#: number of classes in the Caltech-101 silhouettes shipped with fedlam
+N_CLASSES = 101
+#: factorization searches compared on single operators
+SEARCHES = ("span", "lam")
+#: a reconstruction counts as recovering an archetype at magnetization >= this
+RECOVERED = 0.95
+#: largest number of classes in one subset and largest example count (refused before any work)
+MAX_K = 40
+MAX_EXAMPLES = 20_000
 
 
 @dataclass(frozen=True)
@@ -37,24 +77,42 @@ class StructuredParams:
     Paper (caption of its structured figure): N = 784, L = 3, K = 3, T = 12, M_total = 4000,
     w = 0.6, r ∈ {0.6, 0.8}, 10 seeds. The paper does not say how M_total is split; we use
     M_c = ceil(M_total / (L T)) examples per client per round (the paper's complexity appendix
-    uses the same split). Decorrelation is our addition.
+    uses the same split). Decorrelation and everything beyond three classes are our additions.
 
     Attributes
     ----------
     classes : tuple of str
-        Silhouette classes used as archetypes.
+        The paper's silhouette classes (part 1).
     method : {"mean", "medoid"}
-        Prototype construction (:func:`fedlam.data.structured_archetypes`).
+        Prototype construction (:func:`fedlam.data.structured_archetypes`), both parts.
     rs : tuple of float
-        Channel qualities compared.
+        Channel qualities compared (both parts).
     decorrelated : tuple of bool
-        Run with the raw prototypes (False) and/or decorrelated ones (True).
+        Part 1: run with the raw prototypes (False) and/or decorrelated ones (True).
     L, T, M_total : int
-        Clients, rounds and total example budget.
+        Part 1: clients, rounds and total example budget. ``L`` clients also in part 2.
     controller : str or float
-        Weight rule (paper: the constant 0.6).
+        Weight rule (paper: the constant 0.6), both parts.
     seeds : int
-        Independent repetitions (fresh examples; the archetypes are fixed images).
+        Part 1: independent repetitions (fresh examples; the archetypes are fixed images).
+    Ks : tuple of int
+        Part 2: numbers of classes of the random subsets (each in [2, 40]).
+    n_subsets : int
+        Part 2: random class subsets per K (:func:`random_class_subsets`).
+    subset_seed : int
+        Seed of the class draws (the subsets of a smaller ``n_subsets`` are the first ones of a
+        larger one).
+    examples_per_class : int
+        Part 2, single operators: ``M = examples_per_class * K`` examples, equal exposures.
+    searches : tuple of str
+        Part 2, single operators: factorization searches compared (``"span"``, the default of
+        :func:`fedlam.lam.factorize`, and ``"lam"``, the tuned LAM).
+    fed_subsets : int
+        Part 2: federations run on the first ``fed_subsets`` subsets of each K (0: none).
+    fed_T : int
+        Part 2: rounds of each federation.
+    fed_examples_per_class : int
+        Part 2: examples per client per round, ``fed_examples_per_class * K``.
     """
 
     classes: tuple = ("anchor", "bass", "Motorbikes 16")
@@ -66,6 +124,14 @@ class StructuredParams:
     M_total: int = 4000
     controller: Any = 0.6
     seeds: int = 10
+    Ks: tuple = (3, 5, 8, 10)
+    n_subsets: int = 10
+    subset_seed: int = 2024
+    examples_per_class: int = 120
+    searches: tuple = SEARCHES
+    fed_subsets: int = 3
+    fed_T: int = 12
+    fed_examples_per_class: int = 40
 
     def __post_init__(self) -> None:
         if not isinstance(self.classes, tuple) or len(self.classes) < 1:
@@ -81,15 +147,40 @@ class StructuredParams:
         check_positive_int(self.M_total, "M_total")
         check_controllers((self.controller,), "controller")
         check_positive_int(self.seeds, "seeds")
+        Ks = check_int_tuple(self.Ks, "Ks", minimum=2)
+        if max(Ks) > MAX_K:
+            raise ValueError(f"Ks entries must be <= {MAX_K}, got {self.Ks!r}")
+        if len(set(Ks)) != len(Ks):
+            raise ValueError(f"Ks must not repeat entries, got {self.Ks!r}")
+        check_positive_int(self.n_subsets, "n_subsets")
+        check_nonneg_int(self.subset_seed, "subset_seed")
+        epc = check_positive_int(self.examples_per_class, "examples_per_class")
+        if epc * max(Ks) > MAX_EXAMPLES:
+            raise ValueError(f"examples_per_class * max(Ks) must be <= {MAX_EXAMPLES}, got "
+                             f"{epc} * {max(Ks)}")
+        if not isinstance(self.searches, tuple) or len(self.searches) == 0:
+            raise TypeError(f"searches must be a non-empty tuple of {SEARCHES}, got {self.searches!r}")
+        for i, s in enumerate(self.searches):
+            check_choice(s, f"searches[{i}]", SEARCHES)
+        if len(set(self.searches)) != len(self.searches):
+            raise ValueError(f"searches must not repeat entries, got {self.searches!r}")
+        fs = check_nonneg_int(self.fed_subsets, "fed_subsets")
+        if fs > self.n_subsets:
+            raise ValueError(f"fed_subsets must be <= n_subsets = {self.n_subsets}, got {fs}")
+        check_positive_int(self.fed_T, "fed_T")
+        fe = check_positive_int(self.fed_examples_per_class, "fed_examples_per_class")
+        if fe * max(Ks) > MAX_EXAMPLES:
+            raise ValueError(f"fed_examples_per_class * max(Ks) must be <= {MAX_EXAMPLES}, got "
+                             f"{fe} * {max(Ks)}")
 
     @property
     def M(self) -> int:
-        """Examples per client per round, ceil(M_total / (L T))."""
+        """Examples per client per round in part 1, ceil(M_total / (L T))."""
         return math.ceil(self.M_total / (self.L * self.T))
 
 
 PRESETS: dict[str, StructuredParams] = {
-    "book": StructuredParams(seeds=2),
+    "book": StructuredParams(seeds=1, n_subsets=3, fed_subsets=1, fed_T=3),
     "paper": StructuredParams(),
 }
 
@@ -99,33 +190,92 @@ def make_params(preset: str = "book", **overrides: Any) -> StructuredParams:
     return _make_params(StructuredParams, PRESETS, preset, **overrides)
 
 
+# ----------------------------------------------------------------------------------------
+# class subsets and one operator per subset
+def random_class_subsets(K: int, n: int, seed: int = 2024, n_classes: int = N_CLASSES) -> list[tuple[int, ...]]:
+    """``n`` random subsets of ``K`` distinct class indices out of ``n_classes``.
+
+    Subset ``s`` is drawn from ``numpy.random.default_rng([seed, K, s])``, so the first subsets
+    do not depend on ``n`` (the book's subsets are the first of the paper preset's).
+    Derived in {ref}`sec-exp-structured-subsets`.
+
+    Returns
+    -------
+    list of tuple of int
+        Each tuple in draw order.
+    """
+    K = check_positive_int(K, "K")
+    n = check_positive_int(n, "n")
+    seed = check_nonneg_int(seed, "seed")
+    n_classes = check_positive_int(n_classes, "n_classes")
+    if K > n_classes:
+        raise ValueError(f"K must be <= n_classes = {n_classes}, got {K}")
+    return [tuple(int(c) for c in np.random.default_rng([seed, K, s]).choice(n_classes, K, replace=False))
+            for s in range(n)]
+
+
+def overlap_structure(patterns: np.ndarray) -> dict[str, float]:
+    """Largest and mean absolute pairwise overlap and the smallest eigenvalue of ``X X^T / N``.
+
+    The smallest eigenvalue of the overlap matrix measures how close the family is to linear
+    dependence (0: dependent; 1: orthogonal). Derived in {ref}`sec-exp-structured-subsets`.
+    """
+    check_pm1(patterns, "patterns", ndim=2)
+    K, N = patterns.shape
+    X = patterns.astype(np.float64)
+    O = X @ X.T / N
+    off = np.abs(O[~np.eye(K, dtype=bool)])
+    return {
+        "max": float(off.max()) if K > 1 else 0.0,
+        "mean": float(off.mean()) if K > 1 else 0.0,
+        "min_eig": float(np.linalg.eigvalsh(O)[0]),
+    }
+
+
 @dataclass(frozen=True)
-class StructuredResult(JsonResult):
-    """Arrays. Axes: (seed, quality r, decorrelation, round, ...).
+class SubsetRun:
+    """One operator of one class subset, factorized (:func:`factorize_subset`).
 
     Attributes
     ----------
-    params : StructuredParams
-    archetypes : (D, K, 784) int8, the targets (raw and/or decorrelated).
-    archetype_overlaps : (D, K, K) mutual overlaps ξ^μ·ξ^ν / N.
-    examples : (R, K, 784) int8, one noisy example of each archetype at each r (raw prototypes).
-    magnetization : (S, R, D, T, K) optimal one-to-one matching.
-    magnetization_max : (S, R, D, T, K) the paper's max-overlap metric.
-    k_hat, spurious : (S, R, D, T).
-    reconstructions : (R, D, K, 784) int8, final patterns of seed 0 matched to the archetypes and
-        sign-aligned (0 rows where no pattern was matched).
+    classes : tuple of int
+    names : tuple of str
+    archetypes : (K, 784) int8
+    r : float or None
+        Channel quality of the examples (None: the exact operator ``xi^T xi / N``).
+    M : int
+        Number of examples (0 for the exact operator).
+    search : str
+    k_hat, n_accepted, recovered, spurious : int
+        Detected spikes, accepted patterns, archetypes with ``m >= 0.95``, spurious patterns
+        (:func:`fedlam.metrics.spurious_count`).
+    magnetization : (K,) float
+        Optimal one-to-one matching.
+    reconstructions : (K, 784) int8
+        Accepted patterns matched to the archetypes, sign-aligned (0 rows where unmatched).
+    overlaps : dict
+        :func:`overlap_structure` of the archetypes.
     """
 
-    params: StructuredParams
+    classes: tuple
+    names: tuple
     archetypes: np.ndarray
-    archetype_overlaps: np.ndarray
-    examples: np.ndarray
+    r: float | None
+    M: int
+    search: str
+    k_hat: int
+    n_accepted: int
+    recovered: int
+    spurious: int
     magnetization: np.ndarray
-    magnetization_max: np.ndarray
-    k_hat: np.ndarray
-    spurious: np.ndarray
     reconstructions: np.ndarray
-    summary: dict = field(default_factory=dict)
+    overlaps: dict
+
+    def __repr__(self) -> str:  # arrays capped
+        op = "exact operator" if self.r is None else f"r = {self.r:g}, M = {self.M}"
+        return (f"SubsetRun(K={len(self.classes)}, {op}, search={self.search!r}, k_hat={self.k_hat}, "
+                f"accepted={self.n_accepted}, recovered={self.recovered}, spurious={self.spurious}, "
+                f"min m={float(self.magnetization.min()):.3f})")
 
 
 def _matched(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
@@ -142,20 +292,225 @@ def _matched(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
     return out
 
 
-def run(params: StructuredParams, rng: Any) -> StructuredResult:
-    """Run the structured federation for every (r, decorrelation) pair and seed."""
-    if not isinstance(params, StructuredParams):
-        raise TypeError(f"params must be a StructuredParams, got {type(params).__name__}")
+def factorize_subset(
+    classes: Sequence[str | int],
+    r: float | None = None,
+    M: int = 0,
+    rng: Any = 0,
+    *,
+    method: str = "mean",
+    search: str = "span",
+    archetypes: np.ndarray | None = None,
+) -> SubsetRun:
+    """Factorize one operator built from the prototypes of ``classes``.
+
+    ``r=None``: the exact operator ``xi^T xi / N`` (``M`` ignored); otherwise the Hebbian
+    operator of ``M`` examples with equal exposures through the bit-flip channel of quality
+    ``r``. :func:`fedlam.lam.factorize` with ``search`` (the true K is never used). Derived in
+    {ref}`sec-exp-structured-subsets`.
+
+    Parameters
+    ----------
+    classes : sequence of str or int
+    r : float or None
+    M : int
+        Examples (>= 1 when ``r`` is given, at most 20000).
+    rng : Generator or int
+        Examples and the factorization's starts.
+    method : {"mean", "medoid"}
+    search : {"span", "lam"}
+    archetypes : numpy.ndarray or None
+        The prototypes of ``classes`` if already computed (saves loading the data again).
+    """
+    from fedlam import data, lam, metrics, operators
+
+    search = check_choice(search, "search", SEARCHES)
+    gen = as_rng(rng)
+    all_names = _class_names()
+    idx = _class_indices(classes)
+    xi = data.structured_archetypes(idx, method=method) if archetypes is None else archetypes
+    check_pm1(xi, "archetypes", ndim=2)
+    if xi.shape[0] != len(idx):
+        raise ValueError(f"archetypes must have one row per class ({len(idx)}), got shape {xi.shape}")
+    K = xi.shape[0]
+    if r is None:
+        J = operators.pattern_operator(xi)
+        M = 0
+    else:
+        r = check_quality(r, "r")
+        M = check_positive_int(M, "M")
+        if M > MAX_EXAMPLES:
+            raise ValueError(f"M must be <= {MAX_EXAMPLES}, got {M}")
+        eta, _ = data.sample_examples(xi, M, r, np.full(K, 1.0 / K), gen)
+        J = operators.hebbian(eta)
+    res = lam.factorize(J, rng=gen, search=search)
+    m = metrics.magnetization(res.patterns, xi)
+    return SubsetRun(
+        classes=tuple(idx), names=tuple(all_names[i] for i in idx), archetypes=xi,
+        r=None if r is None else float(r), M=int(M), search=search, k_hat=int(res.k_hat),
+        n_accepted=res.n_accepted, recovered=int(np.count_nonzero(m >= RECOVERED)),
+        spurious=metrics.spurious_count(res.patterns, xi), magnetization=m,
+        reconstructions=_matched(res.patterns, xi), overlaps=overlap_structure(xi),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _names_cached() -> tuple[str, ...]:
+    from fedlam import data
+
+    return tuple(data.load_silhouettes()[2])
+
+
+def _class_names() -> list[str]:
+    return list(_names_cached())
+
+
+def _class_indices(classes: Sequence[str | int]) -> list[int]:
+    """Class names or indices -> indices (validated; distinct)."""
+    names = _names_cached()
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence) or len(classes) == 0:
+        raise TypeError(f"classes must be a non-empty sequence of class names or indices, got {classes!r}")
+    out = []
+    for c in classes:
+        if isinstance(c, str):
+            if c not in names:
+                raise ValueError(f"classes: unknown class name {c!r}")
+            out.append(names.index(c))
+        elif isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)):
+            if not 0 <= int(c) < len(names):
+                raise ValueError(f"classes: class index must lie in [0, {len(names) - 1}], got {int(c)}")
+            out.append(int(c))
+        else:
+            raise TypeError(f"classes entries must be str or int, got {type(c).__name__}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"classes must be distinct, got {list(classes)!r}")
+    return out
+
+
+def explore(K: int = 8, subset: int = 0, r: float = 0.6, M: int = 480, seed: int = 0,
+            subset_seed: int = 2024, search: str = "span") -> SubsetRun:
+    """The notebook's explorer: one operator of ``M`` examples at quality ``r`` of random subset
+    number ``subset`` of ``K`` classes (:func:`random_class_subsets`), factorized.
+
+    Every parameter changes the result: K and subset pick the images, r and M the noise. Below
+    ``M = N/4 = 196`` examples the operator is rank-deficient and is read as the exact operator
+    of its own examples (K-hat = M, {ref}`sec-lam-identifiability`); a weak (small-eigenvalue)
+    direction of a correlated family needs more examples than a random one. Derived in
+    {ref}`sec-exp-structured-explorer`.
+    """
+    K = check_positive_int(K, "K", minimum=2)
+    if K > MAX_K:
+        raise ValueError(f"K must be <= {MAX_K}, got {K}")
+    subset = check_nonneg_int(subset, "subset")
+    classes = random_class_subsets(K, subset + 1, subset_seed)[subset]
+    return factorize_subset(classes, r, M, seed, search=search)
+
+
+def sign_gram_schmidt(patterns: np.ndarray) -> np.ndarray:
+    """The authors' decorrelation of structured archetypes: projection, then sign, one by one.
+
+    For ``mu = 1..K``: ``v^mu = x^mu - sum_{nu < mu} (<xi^nu, x^mu> / N) xi^nu`` and
+    ``xi^mu = sgn(v^mu)`` (``sgn 0 = +1``), with ``x`` the input and ``xi`` the output patterns
+    (eq. ``struct_decorr`` of the authors' draft; not in the paper). At a site ``i``,
+    ``v^mu_i = x^mu_i - sum_nu q_nu xi^nu_i`` with ``|x^mu_i| = 1``: the sign can change only
+    where ``sum_{nu<mu} |q_nu| >= 1``. Derived in {ref}`sec-exp-structured-authors`.
+
+    Parameters
+    ----------
+    patterns : numpy.ndarray
+        (K, N) +-1.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8 (K, N).
+    """
+    check_pm1(patterns, "patterns", ndim=2)
+    X = patterns.astype(np.float64)
+    K, N = X.shape
+    out = np.zeros_like(X)
+    for mu in range(K):
+        v = X[mu].copy()
+        for nu in range(mu):
+            v -= (out[nu] @ X[mu]) / N * out[nu]
+        out[mu] = np.where(v >= 0.0, 1.0, -1.0)
+    return out.astype(np.int8)
+
+
+# ----------------------------------------------------------------------------------------
+# the experiment
+@dataclass(frozen=True)
+class StructuredResult(JsonResult):
+    """Arrays. Part 1 axes: (seed, quality r, decorrelation, round, ...). Part 2 axes:
+    (K, subset, condition, search) with conditions ``("exact",) + rs``.
+
+    Attributes
+    ----------
+    params : StructuredParams
+    archetypes : (D, K, 784) int8, the part-1 targets (raw and/or decorrelated).
+    archetype_overlaps : (D, K, K) mutual overlaps ξ^μ·ξ^ν / N.
+    examples : (R, K, 784) int8, one noisy example of each archetype at each r (raw prototypes).
+    magnetization : (S, R, D, T, K) optimal one-to-one matching.
+    magnetization_max : (S, R, D, T, K) the paper's max-overlap metric.
+    k_hat, spurious : (S, R, D, T).
+    reconstructions : (R, D, K, 784) int8, final patterns of seed 0 matched to the archetypes and
+        sign-aligned (0 rows where no pattern was matched).
+    subsets : tuple, per K a tuple of ``n_subsets`` class-index tuples (part 2).
+    subset_overlap_max, subset_overlap_mean, subset_min_eig : (nK, n_subsets)
+        :func:`overlap_structure` of each subset.
+    single_k_hat, single_accepted, single_recovered, single_spurious : (nK, n_subsets, 1 + R, nS) int
+    single_min_m : (nK, n_subsets, 1 + R, nS) float
+        One operator per subset and condition (exact, then each r), factorized by each search.
+    paper_single_* : (1 + R, nS)
+        The same for the paper's three classes.
+    fed_k_hat, fed_recovered, fed_spurious : (nK, fed_subsets, R, fed_T) int
+    fed_min_m : (nK, fed_subsets, R, fed_T) float
+        Federations on the first subsets of each K, every round.
+    """
+
+    params: StructuredParams
+    archetypes: np.ndarray
+    archetype_overlaps: np.ndarray
+    examples: np.ndarray
+    magnetization: np.ndarray
+    magnetization_max: np.ndarray
+    k_hat: np.ndarray
+    spurious: np.ndarray
+    reconstructions: np.ndarray
+    subsets: tuple = ()
+    subset_overlap_max: np.ndarray = field(default_factory=lambda: np.empty(0))
+    subset_overlap_mean: np.ndarray = field(default_factory=lambda: np.empty(0))
+    subset_min_eig: np.ndarray = field(default_factory=lambda: np.empty(0))
+    single_k_hat: np.ndarray = field(default_factory=lambda: np.empty(0))
+    single_accepted: np.ndarray = field(default_factory=lambda: np.empty(0))
+    single_recovered: np.ndarray = field(default_factory=lambda: np.empty(0))
+    single_spurious: np.ndarray = field(default_factory=lambda: np.empty(0))
+    single_min_m: np.ndarray = field(default_factory=lambda: np.empty(0))
+    paper_single_k_hat: np.ndarray = field(default_factory=lambda: np.empty(0))
+    paper_single_recovered: np.ndarray = field(default_factory=lambda: np.empty(0))
+    paper_single_spurious: np.ndarray = field(default_factory=lambda: np.empty(0))
+    paper_single_min_m: np.ndarray = field(default_factory=lambda: np.empty(0))
+    fed_k_hat: np.ndarray = field(default_factory=lambda: np.empty(0))
+    fed_recovered: np.ndarray = field(default_factory=lambda: np.empty(0))
+    fed_spurious: np.ndarray = field(default_factory=lambda: np.empty(0))
+    fed_min_m: np.ndarray = field(default_factory=lambda: np.empty(0))
+    summary: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        p = self.params
+        return (f"StructuredResult(part 1: K={self.archetypes.shape[1]}, rs={p.rs}, seeds={p.seeds}; "
+                f"part 2: Ks={p.Ks}, n_subsets={p.n_subsets}, fed_subsets={p.fed_subsets})")
+
+
+def _part1(p: StructuredParams, seeds: list[tuple[int, int]]) -> dict:
     from fedlam import data, federation
 
-    p = params
     raw = data.structured_archetypes(classes=p.classes, method=p.method)
     K, N = raw.shape
     arch = np.stack([data.decorrelate(raw) if d else raw for d in p.decorrelated])
     overl = np.einsum("dkn,dln->dkl", arch.astype(float), arch.astype(float)) / N
     R, D, S, T = len(p.rs), len(p.decorrelated), p.seeds, p.T
     mix = data.static_mixture(T, 1, K)[:, 0]
-    seeds = seed_pairs(rng, S)
     ex_rng = np.random.default_rng(seeds[0][0])
     examples = np.stack([data.flip_channel(raw, r, ex_rng) for r in p.rs])
     mag = np.zeros((S, R, D, T, K))
@@ -172,7 +527,84 @@ def run(params: StructuredParams, rng: Any) -> StructuredResult:
                 kh[s, ri, di], sp[s, ri, di] = h.k_hat, h.spurious
                 if s == 0:
                     rec[ri, di] = _matched(h.patterns[-1], arch[di])
-    summary: dict = {"M_per_client_round": p.M, "archetype_overlaps": overl.round(3).tolist()}
+    return dict(archetypes=arch, archetype_overlaps=overl, examples=examples, magnetization=mag,
+                magnetization_max=mmax, k_hat=kh, spurious=sp, reconstructions=rec)
+
+
+def _single_grid(p: StructuredParams, xi: np.ndarray, classes: tuple, seed: int) -> np.ndarray:
+    """(1 + R, nS, 4) array of (k_hat, accepted, recovered, spurious) and a (1 + R, nS) min m."""
+    conds: list[float | None] = [None, *p.rs]
+    K = xi.shape[0]
+    ints = np.zeros((len(conds), len(p.searches), 4), dtype=np.int64)
+    mins = np.zeros((len(conds), len(p.searches)))
+    for ci, r in enumerate(conds):
+        for si, search in enumerate(p.searches):
+            # every search sees the same examples (same seed); starts differ only by the search
+            run_ = factorize_subset(classes, r, p.examples_per_class * K, np.random.default_rng([seed, ci]),
+                                    method=p.method, search=search, archetypes=xi)
+            ints[ci, si] = (run_.k_hat, run_.n_accepted, run_.recovered, run_.spurious)
+            mins[ci, si] = float(run_.magnetization.min())
+    return ints, mins
+
+
+def _part2(p: StructuredParams, gen: np.random.Generator) -> dict:
+    from fedlam import data, federation, metrics
+
+    nK, nsub, R, nS = len(p.Ks), p.n_subsets, len(p.rs), len(p.searches)
+    C = 1 + R
+    subsets = tuple(tuple(random_class_subsets(K, nsub, p.subset_seed)) for K in p.Ks)
+    single_seeds = seed_pairs(gen, nK * nsub)
+    paper_seed = seed_pairs(gen, 1)[0]
+    ov_max = np.zeros((nK, nsub))
+    ov_mean = np.zeros((nK, nsub))
+    ov_eig = np.zeros((nK, nsub))
+    ints = np.zeros((nK, nsub, C, nS, 4), dtype=np.int64)
+    mins = np.zeros((nK, nsub, C, nS))
+    F, Tf = p.fed_subsets, p.fed_T
+    fk = np.zeros((nK, F, R, Tf), dtype=np.int64)
+    frec = np.zeros((nK, F, R, Tf), dtype=np.int64)
+    fsp = np.zeros((nK, F, R, Tf), dtype=np.int64)
+    fmin = np.zeros((nK, F, R, Tf))
+    for ki, K in enumerate(p.Ks):
+        for s, cls in enumerate(subsets[ki]):
+            xi = data.structured_archetypes(list(cls), method=p.method)
+            o = overlap_structure(xi)
+            ov_max[ki, s], ov_mean[ki, s], ov_eig[ki, s] = o["max"], o["mean"], o["min_eig"]
+            ints[ki, s], mins[ki, s] = _single_grid(p, xi, cls, single_seeds[ki * nsub + s][0])
+            if s < F:
+                mix = data.static_mixture(Tf, p.L, K)
+                for ri, r in enumerate(p.rs):
+                    specs = [federation.ClientSpec(r=r, M=p.fed_examples_per_class * K, mixture=mix[:, c])
+                             for c in range(p.L)]
+                    h = federation.run_federation(xi, specs, Tf, single_seeds[ki * nsub + s][1],
+                                                  controller=p.controller)
+                    fk[ki, s, ri], fsp[ki, s, ri] = h.k_hat, h.spurious
+                    frec[ki, s, ri] = np.count_nonzero(h.magnetization >= RECOVERED, axis=1)
+                    fmin[ki, s, ri] = h.magnetization.min(axis=1)
+    paper_xi = data.structured_archetypes(classes=p.classes, method=p.method)
+    paper_idx = tuple(_class_indices(p.classes))
+    pints, pmins = _single_grid(p, paper_xi, paper_idx, paper_seed[0])
+    return dict(
+        subsets=subsets, subset_overlap_max=ov_max, subset_overlap_mean=ov_mean, subset_min_eig=ov_eig,
+        single_k_hat=ints[..., 0], single_accepted=ints[..., 1], single_recovered=ints[..., 2],
+        single_spurious=ints[..., 3], single_min_m=mins,
+        paper_single_k_hat=pints[..., 0], paper_single_recovered=pints[..., 2],
+        paper_single_spurious=pints[..., 3], paper_single_min_m=pmins,
+        fed_k_hat=fk, fed_recovered=frec, fed_spurious=fsp, fed_min_m=fmin,
+    )
+
+
+def run(params: StructuredParams, rng: Any) -> StructuredResult:
+    """Run part 1 (the paper's three classes, federations) and part 2 (random class subsets)."""
+    if not isinstance(params, StructuredParams):
+        raise TypeError(f"params must be a StructuredParams, got {type(params).__name__}")
+    p = params
+    gen = as_rng(rng)
+    seeds = seed_pairs(gen, p.seeds)
+    one = _part1(p, seeds)
+    two = _part2(p, gen)
+    summary: dict = {"M_per_client_round": p.M, "archetype_overlaps": one["archetype_overlaps"].round(3).tolist()}
+    mag, mmax, kh, sp = one["magnetization"], one["magnetization_max"], one["k_hat"], one["spurious"]
     for ri, r in enumerate(p.rs):
         for di, d in enumerate(p.decorrelated):
             key = f"r={r:g}/{'decorrelated' if d else 'raw'}"
@@ -183,6 +615,21 @@ def run(params: StructuredParams, rng: Any) -> StructuredResult:
                 "final_k_hat_mean": float(kh[:, ri, di, -1].mean()),
                 "final_spurious_mean": float(sp[:, ri, di, -1].mean()),
             }
-    return StructuredResult(params=p, archetypes=arch, archetype_overlaps=overl, examples=examples,
-                            magnetization=mag, magnetization_max=mmax, k_hat=kh, spurious=sp,
-                            reconstructions=rec, summary=summary)
+    conds = ["exact"] + [f"r={r:g}" for r in p.rs]
+    for ki, K in enumerate(p.Ks):
+        for ci, c in enumerate(conds):
+            for si, search in enumerate(p.searches):
+                rec = two["single_recovered"][ki, :, ci, si]
+                summary[f"K={K}/{c}/{search}"] = {
+                    "subsets_all_recovered": int(np.count_nonzero(rec == K)),
+                    "recovered": int(rec.sum()), "of": int(K * p.n_subsets),
+                    "spurious": int(two["single_spurious"][ki, :, ci, si].sum()),
+                }
+        if p.fed_subsets:
+            summary[f"K={K}/federation"] = {
+                f"r={r:g}": {"final_recovered": two["fed_recovered"][ki, :, ri, -1].tolist(),
+                             "min_m_all_rounds": float(two["fed_min_m"][ki, :, ri].min()),
+                             "max_spurious": int(two["fed_spurious"][ki, :, ri].max())}
+                for ri, r in enumerate(p.rs)
+            }
+    return StructuredResult(params=p, **one, **two, summary=summary)
