@@ -34,7 +34,8 @@ Choices (stated, not hidden; the comparison is in {ref}`sec-exp-baselines-cluste
   one centroid per distinct example (a client with no examples sends nothing).
 * k-FED's server step: the paper seeds the server's k centres with the centroids of one device
   chosen at random and completes them by farthest-point (max–min distance) traversal over all
-  received centroids, then takes a Lloyd step on the centroids, unweighted (the server does not
+  received centroids (if that device sent more than k, outside the paper's k′ ≤ k, we keep only
+  its first centroid and let the traversal pick the rest), then takes a Lloyd step on the centroids, unweighted (the server does not
   know the cluster sizes, so clients send centroids only). We keep that seeding and run Lloyd on
   the centroids to convergence (each step can only lower the k-means cost of the centroids).
 * Federated k-means initialisation: "client first" — round 0 is a k-FED-style upload (k′ local
@@ -290,6 +291,9 @@ def _farthest_point_seeds(C: np.ndarray, owners: np.ndarray, k: int,
                           gen: np.random.Generator) -> tuple[np.ndarray, int]:
     """k-FED's server seeding: one random device's centroids, completed by max-min traversal.
 
+    If that device sent more than k centroids, only its first one is kept (the paper has
+    k' <= k; the max-min traversal over all centroids then picks the rest).
+
     Returns (k distinct row indices into C, the start device). Ties (equal distances) go to
     the lowest index.
     """
@@ -303,13 +307,12 @@ def _farthest_point_seeds(C: np.ndarray, owners: np.ndarray, k: int,
 
     chosen: list[int] = [int(start[0])]
     dmin = d2_to(chosen[0])
-    # the start device's own centroids first (max-min among them if it holds more than k)
-    rest = [int(i) for i in start[1:]]
-    while rest and len(chosen) < k:
-        j = max(rest, key=lambda i: (dmin[i], -i))
-        rest.remove(j)
-        chosen.append(j)
-        dmin = np.minimum(dmin, d2_to(j))
+    # the start device's own centroids first; if it sent more than k (k' > k, outside the
+    # paper's setting) only its first one is kept and the traversal runs over all centroids
+    if start.size <= k:
+        for j in start[1:]:
+            chosen.append(int(j))
+            dmin = np.minimum(dmin, d2_to(int(j)))
     while len(chosen) < k:
         cand = dmin.copy()
         cand[chosen] = -1.0
