@@ -34,10 +34,11 @@ Choices (stated, not hidden; the comparison is in {ref}`sec-exp-baselines-cluste
   one centroid per distinct example (a client with no examples sends nothing).
 * k-FED's server step: the paper seeds the server's k centres with the centroids of one device
   chosen at random and completes them by farthest-point (max–min distance) traversal over all
-  received centroids (if that device sent more than k, outside the paper's k′ ≤ k, we keep only
-  its first centroid and let the traversal pick the rest), then takes a Lloyd step on the centroids, unweighted (the server does not
+  received centroids, then takes a Lloyd step on the centroids, unweighted (the server does not
   know the cluster sizes, so clients send centroids only). We keep that seeding and run Lloyd on
-  the centroids to convergence (each step can only lower the k-means cost of the centroids).
+  the centroids to convergence (each step can only lower the k-means cost of the centroids). If
+  the start device sent more than k centroids (k′ > k, outside the paper's setting), we keep only
+  its first centroid and let the traversal pick the rest.
 * Federated k-means initialisation: "client first" — round 0 is a k-FED-style upload (k′ local
   centroids *and* their counts); the server seeds k global centroids by count-weighted k-means++
   on them. Later rounds are exact Lloyd steps on the union of the clients' examples. A global
@@ -55,7 +56,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._validation import _describe, as_rng, check_nonneg_int, check_pm1, check_positive_int, check_choice
+from ._validation import _describe, as_rng, check_choice, check_nonneg_int, check_pm1, check_positive_int
 
 __all__ = [
     "kfed",
@@ -568,7 +569,7 @@ def federated_kmeans_fit(client_examples: Sequence[np.ndarray], k: int, rng: np.
                          n_init: int = 10) -> FedKMeansResult:
     """Federated k-means with everything it sends and computes (see :func:`federated_kmeans`).
 
-    Extra parameters
+    Other Parameters
     ----------------
     init : numpy.ndarray, optional
         (k, N) float global centroids to start from (a warm start, e.g. the previous round's

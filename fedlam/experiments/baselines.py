@@ -308,8 +308,8 @@ def range_sign_attack(J: np.ndarray, rng: np.random.Generator | int, starts: int
     it are ± the examples (DESIGN §6). From ``starts`` random ±1 vectors iterate
     ``x ← sgn(U Uᵀ x)`` (U: eigenvectors of the non-zero eigenvalues, eigenvalue > ``rtol`` ×
     the largest; zero entries -> +1) until a fixed point or ``max_iter`` steps, and return the
-    distinct end points. This is the plain attack named in the privacy chapter's notes; the
-    privacy helper's :func:`fedlam.privacy.reconstruct_examples` is the stronger reference.
+    distinct end points. This is the plain attack of the design notes; the privacy chapter
+    develops stronger ones.
 
     Returns
     -------
