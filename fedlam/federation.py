@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import controller as ctl
-from . import data, lam, metrics, operators, spectral
+from . import data, khat, lam, metrics, operators, spectral
 from ._validation import (
     _describe,
     as_rng,
@@ -277,7 +277,7 @@ class Server:
         L = len(uploads) if uploads is not None else 1
         params["k_method"] = self.k_method(L)
         if params["k_method"] == "free" and uploads is not None:
-            comps = [spectral._fit_operator(U, component_k) for U in uploads]
+            comps = [khat._fit_operator(U, component_k) for U in uploads]
             return lam.factorize(J, rng=rng, components=comps,
                                  component_weights=weights if weights is not None else np.full(L, 1.0 / L),
                                  **params)

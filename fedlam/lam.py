@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedlam import spectral as _sp
+from fedlam._eig import _eig_full, _eig_top
 from fedlam._validation import (
     as_rng,
     check_choice,
@@ -552,7 +553,7 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
     N = J.shape[0]
     kw = kw or {}
     if p.kernel == "dense" or p.k_method == "shuffle":
-        spec = _sp._eig_full(J)
+        spec = _eig_full(J)
         if p.k_method == "shuffle":
             kres = _sp.estimate_k(J, "shuffle", rng=rng, spectrum=spec)
         else:
@@ -560,7 +561,7 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         return spec, kres
     m = min(N, 16)
     while True:
-        spec = _sp._eig_top(J, m)
+        spec = _eig_top(J, m)
         kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         # grow the partial spectrum while the count could be limited by its length
         if m == N or kres.k_hat < m - 8:
