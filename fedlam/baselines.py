@@ -66,6 +66,7 @@ __all__ = [
     "local_centroids",
     "kfed_server",
     "extend_centroids",
+    "grow_centroids",
     "select_k",
     "sign_patterns",
     "upload_bytes",
@@ -169,6 +170,23 @@ def sign_patterns(centroids: np.ndarray) -> np.ndarray:
     return np.where(centroids >= 0, 1, -1).astype(np.int8)
 
 
+#: Size of the seeded perturbation added to the data scikit-learn sees (never to the results).
+_JITTER = 1e-7
+
+
+def _jittered(A: np.ndarray, seed: int) -> np.ndarray:
+    """``A`` (float64) plus a seeded uniform perturbation of size ``_JITTER``.
+
+    ±1 data and means of few of them produce exact ties (equal distances to two centres,
+    equal inertia of two partitions). Decided by floating-point rounding, such a tie goes
+    one way or the other with the BLAS kernel; the perturbation decides it instead, the same
+    way on every machine (its effects, ~1e-7, dwarf rounding, ~1e-13). Only the cluster
+    labels are taken from scikit-learn; centroids are recomputed from the unperturbed data.
+    """
+    gen = np.random.default_rng([seed, 7])
+    return A.astype(np.float64) + _JITTER * gen.uniform(-1.0, 1.0, size=A.shape)
+
+
 def _sums_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-cluster sums (k, N) float64 and counts (k,) int64 of ±1 rows; exact (integer sums)."""
     M = X.shape[0]
@@ -237,10 +255,13 @@ def _kmeans_client(X: np.ndarray, k: int, seed: int, n_init: int) -> tuple[np.nd
         return uniq[order].astype(np.float64), mult[order].astype(np.int64)
     with _one_thread():
         km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, random_state=seed)
-        labels = km.fit(X.astype(np.float64)).labels_.astype(np.int64)
+        labels = km.fit(_jittered(X, seed)).labels_.astype(np.int64)
     sums, counts = _sums_counts(X, labels, k)
-    keep = counts > 0
-    return sums[keep] / counts[keep, None], counts[keep]
+    # canonical order (by each cluster's first example), independent of the label permutation
+    first_member = np.full(k, X.shape[0])
+    np.minimum.at(first_member, labels, np.arange(X.shape[0]))
+    order = [j for j in np.argsort(first_member, kind="stable") if counts[j] > 0]
+    return sums[order] / counts[order, None], counts[order]
 
 
 def local_centroids(client_examples: Sequence[np.ndarray], k_local: int | Sequence[int],
@@ -301,10 +322,9 @@ def _farthest_point_seeds(C: np.ndarray, owners: np.ndarray, k: int,
     devices = np.unique(owners)
     z0 = int(devices[int(gen.integers(0, devices.size))])
     start = np.flatnonzero(owners == z0)
-    sq = np.einsum("ij,ij->i", C, C)
-
     def d2_to(idx: int) -> np.ndarray:
-        return np.maximum(sq + sq[idx] - 2.0 * (C @ C[idx]), 0.0)
+        # elementwise differences and numpy's own sum (no BLAS): the same bits on every kernel
+        return ((C - C[idx]) ** 2).sum(axis=1)
 
     chosen: list[int] = [int(start[0])]
     dmin = d2_to(chosen[0])
@@ -336,7 +356,8 @@ def _kfed_server(upload: LocalCentroids, k: int, gen: np.random.Generator) -> tu
     with warnings.catch_warnings(), _one_thread():
         # duplicate centroids (identical clients) may leave fewer distinct points than k
         warnings.filterwarnings("ignore", message="Number of distinct clusters")
-        km = KMeans(n_clusters=k, init=C[seeds], n_init=1, random_state=seed).fit(C)
+        Cj = _jittered(C, seed)
+        km = KMeans(n_clusters=k, init=Cj[seeds], n_init=1, random_state=seed).fit(Cj)
     labels = km.labels_.astype(np.int64)
     counts = np.bincount(labels, minlength=k)
     Z = np.zeros((k, C.shape[0]))
@@ -373,23 +394,26 @@ def extend_centroids(centroids: np.ndarray, candidates: np.ndarray, n_new: int) 
         raise ValueError(f"n_new must be <= the number of candidates ({candidates.shape[0]}), got {n_new}")
     cur = centroids.astype(np.float64)
     cand = candidates.astype(np.float64)
+    idx = _farthest_indices(cur, cand, n_new)
+    return np.concatenate([cur, cand[idx]], axis=0)
+
+
+def _farthest_indices(cur: np.ndarray, cand: np.ndarray, n_new: int) -> list[int]:
+    """Indices of ``n_new`` candidates picked by max-min distance to ``cur`` (ties: lowest index)."""
     if n_new == 0:
-        return cur.copy()
-    sq = np.einsum("ij,ij->i", cand, cand)
+        return []
     if cur.shape[0]:
-        cs = np.einsum("ij,ij->i", cur, cur)
-        dmin = np.maximum(sq[:, None] + cs[None, :] - 2.0 * cand @ cur.T, 0.0).min(axis=1)
+        dmin = np.min([((cand - c) ** 2).sum(axis=1) for c in cur], axis=0)
     else:
         dmin = np.full(cand.shape[0], np.inf)
     taken = np.zeros(cand.shape[0], dtype=bool)
-    rows = []
+    out: list[int] = []
     for _ in range(n_new):
-        score = np.where(taken, -1.0, dmin)
-        j = int(np.argmax(score))
+        j = int(np.argmax(np.where(taken, -1.0, dmin)))
         taken[j] = True
-        rows.append(cand[j])
-        dmin = np.minimum(dmin, np.maximum(sq + sq[j] - 2.0 * (cand @ cand[j]), 0.0))
-    return np.concatenate([cur, np.asarray(rows)], axis=0)
+        out.append(j)
+        dmin = np.minimum(dmin, ((cand - cand[j]) ** 2).sum(axis=1))
+    return out
 
 
 def kfed_server(upload: LocalCentroids, k: int, rng: np.random.Generator | int) -> np.ndarray:
@@ -515,14 +539,20 @@ def kfed(client_examples: Sequence[np.ndarray], k: int, rng: np.random.Generator
 class FedKMeansResult:
     """Result of :func:`federated_kmeans_fit`.
 
+    Every centroid is kept exactly as ``sums / sizes`` (integer sums of ±1 examples over an
+    integer count), so assignments and signs never hinge on floating-point rounding.
+
     Attributes
     ----------
     patterns : numpy.ndarray
-        int8 (k, N) signs of :attr:`centroids`.
-    centroids : numpy.ndarray
-        float64 (k, N) final global centroids.
+        int8 (k, N) signs of the centroids (a zero sum gives +1).
+    sums : numpy.ndarray
+        int64 (k, N) sum of the examples behind each centroid.
+    sizes : numpy.ndarray
+        int64 (k,) number of those examples (> 0).
     counts : numpy.ndarray
-        int64 (k,) examples per global cluster in the last round.
+        int64 (k,) examples assigned to each global cluster in the last round (0: the centroid
+        kept its previous value).
     rounds_run : int
         Lloyd rounds performed (stops early when the centroids no longer change).
     init_upload : LocalCentroids or None
@@ -533,20 +563,32 @@ class FedKMeansResult:
     """
 
     patterns: np.ndarray
-    centroids: np.ndarray
+    sums: np.ndarray
+    sizes: np.ndarray
     counts: np.ndarray
     rounds_run: int
     init_upload: LocalCentroids | None
     first_round_means: list = field(default_factory=list)
+
+    @property
+    def centroids(self) -> np.ndarray:
+        """float64 (k, N) centroids ``sums / sizes``."""
+        return self.sums / self.sizes[:, None]
 
     def __repr__(self) -> str:
         return (f"FedKMeansResult(k={self.patterns.shape[0]}, N={self.patterns.shape[1]}, "
                 f"rounds_run={self.rounds_run}, warm_start={self.init_upload is None})")
 
 
-def _init_from_upload(up: LocalCentroids, k: int, gen: np.random.Generator, n_init: int) -> np.ndarray:
+def _upload_sums(up: LocalCentroids) -> tuple[np.ndarray, np.ndarray]:
+    """Integer sums and counts behind the pooled float32 centroids (exact: |sum| <= count < 2**24)."""
+    C, n = up.pooled, up.pooled_counts
+    return np.rint(C * n[:, None]).astype(np.int64), n.astype(np.int64)
+
+
+def _init_from_upload(up: LocalCentroids, k: int, gen: np.random.Generator, n_init: int) -> tuple[np.ndarray, np.ndarray]:
     """Server seeding of federated k-means: count-weighted k-means++ (scikit-learn) on the
-    received local centroids."""
+    received local centroids; each seed is then the exact pooled mean of its group."""
     from sklearn.cluster import KMeans
 
     C = up.pooled
@@ -554,16 +596,70 @@ def _init_from_upload(up: LocalCentroids, k: int, gen: np.random.Generator, n_in
         raise ValueError(
             f"k must be <= the number of centroids the clients sent ({C.shape[0]}; k_local per client "
             f"{up.k_local}), got k = {k}")
+    S_i, n_i = _upload_sums(up)
     seed = _draw_seed(gen)
     with warnings.catch_warnings(), _one_thread():
         warnings.filterwarnings("ignore", message="Number of distinct clusters")
         km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, random_state=seed)
-        km.fit(C, sample_weight=up.pooled_counts.astype(np.float64))
-    return np.asarray(km.cluster_centers_, dtype=np.float64)
+        labels = km.fit(_jittered(C, seed), sample_weight=n_i.astype(np.float64)).labels_.astype(np.int64)
+    S = np.zeros((k, C.shape[1]), dtype=np.int64)
+    np.add.at(S, labels, S_i)
+    n = np.bincount(labels, weights=n_i, minlength=k).astype(np.int64)
+    empty = np.flatnonzero(n == 0)
+    if empty.size:  # duplicate centroids left a group empty: give it the farthest unused centroid
+        full = np.flatnonzero(n > 0)
+        pick = _farthest_indices(S[full] / n[full, None], C, empty.size)
+        S[empty], n[empty] = S_i[pick], n_i[pick]
+    return S, n
+
+
+def _assign_exact(X: np.ndarray, S: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Nearest centroid ``S_j / n_j`` of every ±1 row of X, in exact integer arithmetic.
+
+    For x in {-1, +1}^N, ``||x - S/n||^2 = N + A_j / n_j^2`` with ``A_j = ||S_j||^2 - 2 n_j x.S_j``;
+    candidates are compared as ``A_a n_b^2 < A_b n_a^2``; ties go to the lowest index.
+    """
+    M, N = X.shape
+    k = S.shape[0]
+    big = 3 * N * int(n.max()) ** 4 >= 2**62
+    Xi, Si, ni = X.astype(np.int64), S.astype(np.int64), n.astype(np.int64)
+    if big:  # Python integers: slow, exact, never needed at the book's sizes
+        Xi, Si, ni = Xi.astype(object), Si.astype(object), ni.astype(object)
+    A = (Si * Si).sum(axis=1)[None, :] - 2 * ni[None, :] * (Xi @ Si.T)
+    rows = np.arange(M)
+    best = np.zeros(M, dtype=np.int64)
+    for j in range(1, k):
+        better = A[:, j] * ni[best] ** 2 < A[rows, best] * ni[j] ** 2
+        best = np.where(better, j, best)
+    return best
+
+
+def grow_centroids(init: tuple[np.ndarray, np.ndarray], upload: LocalCentroids,
+                   n_new: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact centroids ``(sums, sizes)`` plus ``n_new`` of an upload's centroids.
+
+    The new ones are picked by farthest-point traversal from the current centroids
+    (:func:`extend_centroids`) and enter with the integer sums and counts behind them. A stream
+    uses it to grow k without forgetting. Derived in {ref}`sec-exp-baselines-clustering`.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        int64 (k + n_new, N) sums and (k + n_new,) sizes.
+    """
+    if not isinstance(upload, LocalCentroids):
+        raise TypeError(f"upload must be a LocalCentroids, got {_describe(upload)}")
+    S, n = init
+    S_i, n_i = _upload_sums(upload)
+    n_new = check_nonneg_int(n_new, "n_new")
+    if n_new > S_i.shape[0]:
+        raise ValueError(f"n_new must be <= the number of uploaded centroids ({S_i.shape[0]}), got {n_new}")
+    pick = _farthest_indices(S / n[:, None], upload.pooled, n_new)
+    return (np.concatenate([S.astype(np.int64), S_i[pick]]), np.concatenate([n.astype(np.int64), n_i[pick]]))
 
 
 def federated_kmeans_fit(client_examples: Sequence[np.ndarray], k: int, rng: np.random.Generator | int,
-                         rounds: int = 10, *, init: np.ndarray | None = None,
+                         rounds: int = 10, *, init: tuple[np.ndarray, np.ndarray] | None = None,
                          k_local: int | Sequence[int] | None = None,
                          upload: LocalCentroids | None = None,
                          n_init: int = 10) -> FedKMeansResult:
@@ -571,9 +667,10 @@ def federated_kmeans_fit(client_examples: Sequence[np.ndarray], k: int, rng: np.
 
     Other Parameters
     ----------------
-    init : numpy.ndarray, optional
-        (k, N) float global centroids to start from (a warm start, e.g. the previous round's
-        centroids of a stream): no initialisation upload.
+    init : tuple of numpy.ndarray, optional
+        ``(sums, sizes)``: integer (k, N) sums and (k,) positive counts of the centroids to start
+        from (a warm start, e.g. the previous round's :attr:`FedKMeansResult.sums` and
+        ``sizes``): no initialisation upload.
     k_local : int or list of int, optional
         k′ of the initialisation upload (default k).
     upload : LocalCentroids, optional
@@ -596,7 +693,7 @@ def federated_kmeans_fit(client_examples: Sequence[np.ndarray], k: int, rng: np.
             raise TypeError(f"upload must be the LocalCentroids of these {len(clients)} clients (N = {N}), "
                             f"got {_describe(upload)}")
         up = upload
-        cent = _init_from_upload(up, k, gen, n_init)
+        S, n = _init_from_upload(up, k, gen, n_init)
     elif init is None:
         ks = _check_k_local(k_local, len(clients), default=k)
         up = local_centroids(clients, ks, gen, n_init=n_init)
@@ -604,44 +701,47 @@ def federated_kmeans_fit(client_examples: Sequence[np.ndarray], k: int, rng: np.
             raise ValueError(
                 f"k_local is too small: the clients send {sum(up.k_local)} centroids in total "
                 f"(k_local per client {up.k_local}) but k = {k} centroids are asked for")
-        cent = _init_from_upload(up, k, gen, n_init)
+        S, n = _init_from_upload(up, k, gen, n_init)
     else:
-        if not isinstance(init, np.ndarray) or init.shape != (k, N) or not np.issubdtype(init.dtype, np.number) \
-                or init.dtype == bool:
-            raise ValueError(f"init must be a (k, N) = ({k}, {N}) numeric array, got {_describe(init)}")
-        if not np.all(np.isfinite(init)):
-            raise ValueError("init must be finite")
-        cent = init.astype(np.float64).copy()
+        ok = isinstance(init, tuple) and len(init) == 2 and all(isinstance(a, np.ndarray) for a in init)
+        if ok:
+            S0, n0 = init
+            ok = (S0.shape == (k, N) and n0.shape == (k,) and np.issubdtype(S0.dtype, np.integer)
+                  and np.issubdtype(n0.dtype, np.integer) and bool(np.all(n0 > 0)))
+        if not ok:
+            raise ValueError(f"init must be (sums, sizes): integer arrays of shapes ({k}, {N}) and ({k},) "
+                             f"with sizes > 0, got {_describe(init)}")
+        S, n = init[0].astype(np.int64).copy(), init[1].astype(np.int64).copy()
     first: list[np.ndarray] = []
     counts = np.zeros(k, dtype=np.int64)
     run = 0
     for it in range(rounds):
-        S = np.zeros((k, N))
+        S_tot = np.zeros((k, N), dtype=np.int64)
         counts = np.zeros(k, dtype=np.int64)
-        cn = np.einsum("ij,ij->i", cent, cent)
         for X in clients:
             if X.shape[0] == 0:
                 if it == 0:
                     first.append(np.empty((0, N)))
                 continue
-            # ||x - c||^2 = N - 2 x.c + ||c||^2 for x in {-1, +1}^N; ties -> lowest index
-            lab = np.argmin(cn[None, :] - 2.0 * (X.astype(np.float64) @ cent.T), axis=1)
-            s_c, n_c = _sums_counts(X, lab, k)
-            s_c = s_c.astype(np.float32).astype(np.float64)  # float32 on the wire (exact: integers)
+            lab = _assign_exact(X, S, n)
+            s_c, n_c = _sums_counts(X, lab, k)  # sent as float32 sums (exact integers) and counts
+            s_c = np.rint(s_c.astype(np.float32).astype(np.float64)).astype(np.int64)
             if it == 0:
                 nz = n_c > 0
                 first.append(s_c[nz] / n_c[nz, None])
-            S += s_c
+            S_tot += s_c
             counts += n_c
-        new = cent.copy()
         nz = counts > 0
-        new[nz] = S[nz] / counts[nz, None]
+        S_new, n_new = S.copy(), n.copy()
+        S_new[nz], n_new[nz] = S_tot[nz], counts[nz]
         run = it + 1
-        if np.array_equal(new, cent):
+        # same centroid iff S_new/n_new == S/n exactly
+        if np.array_equal(S_new * n[:, None], S * n_new[:, None]):
+            S, n = S_new, n_new
             break
-        cent = new
-    return FedKMeansResult(patterns=sign_patterns(cent), centroids=cent, counts=counts, rounds_run=run,
-                           init_upload=up, first_round_means=first)
+        S, n = S_new, n_new
+    return FedKMeansResult(patterns=sign_patterns(S.astype(np.float64)), sums=S, sizes=n, counts=counts,
+                           rounds_run=run, init_upload=up, first_round_means=first)
 
 
 def federated_kmeans(client_examples: Sequence[np.ndarray], k: int, rng: np.random.Generator | int,
@@ -759,7 +859,8 @@ def select_k(centroids: np.ndarray, rng: np.random.Generator | int, k_max: int =
     for i, k in enumerate(ks):
         seed = _draw_seed(gen)
         with _one_thread():
-            labels = KMeans(n_clusters=int(k), init="k-means++", n_init=n_init, random_state=seed).fit(C).labels_
+            labels = KMeans(n_clusters=int(k), init="k-means++", n_init=n_init,
+                            random_state=seed).fit(_jittered(C, seed)).labels_
             if np.unique(labels).size >= 2:
                 scores[i] = float(silhouette_score(C, labels))
     if np.all(np.isnan(scores)):

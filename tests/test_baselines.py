@@ -133,8 +133,10 @@ def test_bad_rounds_and_k_local_are_named():
     # one centroid per client cannot give three centres
     with pytest.raises(ValueError, match="k_local is too small.*2 centroids"):
         B.kfed(ex, 3, 0, k_local=1)
-    with pytest.raises(ValueError, match="init must be a"):
+    with pytest.raises(ValueError, match="init must be"):
         B.federated_kmeans_fit(ex, 2, 0, init=np.zeros((3, 30)))
+    with pytest.raises(ValueError, match="init must be"):
+        B.federated_kmeans_fit(ex, 2, 0, init=(np.zeros((2, 30), dtype=np.int64), np.zeros(2, dtype=np.int64)))
     with pytest.raises(ValueError, match="k_max must be >= 2"):
         B.select_k(np.eye(5), 0, k_max=1)
     with pytest.raises(ValueError, match="at least 3 distinct"):
@@ -224,10 +226,31 @@ def test_farthest_point_seeding_and_extension():
 
 def test_warm_start_keeps_a_centroid_without_examples():
     xi, ex = _clients(6, L=2, K=2, N=100, M=60)
-    init = np.vstack([xi[0], xi[1], -xi[0]]).astype(float)  # third centroid far from all data
-    fit = B.federated_kmeans_fit(ex, 3, 0, rounds=3, init=init)
-    np.testing.assert_array_equal(fit.centroids[2], init[2])
-    assert fit.counts[2] == 0 and fit.init_upload is None
+    sums = np.vstack([xi[0], xi[1], -xi[0]]).astype(np.int64)  # third centroid far from all data
+    fit = B.federated_kmeans_fit(ex, 3, 0, rounds=3, init=(sums, np.ones(3, dtype=np.int64)))
+    np.testing.assert_array_equal(fit.centroids[2], -xi[0])
+    assert fit.counts[2] == 0 and fit.sizes[2] == 1 and fit.init_upload is None
+    # the kept centroids are exact means of the examples assigned to them
+    allx = np.concatenate(ex).astype(np.int64)
+    for j in range(2):
+        assert fit.sizes[j] == fit.counts[j]
+    assert int(fit.sizes[:2].sum()) == allx.shape[0]
+    # growing k keeps the old centroids and adds uploaded ones
+    up = B.local_centroids(ex, 2, 0)
+    S, n = B.grow_centroids((fit.sums[:2], fit.sizes[:2]), up, 1)
+    assert S.shape == (3, 100) and np.array_equal(S[:2], fit.sums[:2])
+
+
+def test_exact_assignment_breaks_ties_to_the_lowest_index():
+    x = np.array([[1, 1, -1, -1]], dtype=np.int8)
+    # x is equidistant from (1, 1, 1, -1) and (1, 1, -1, 1); the second has a larger count
+    S = np.array([[3, 3, 3, -3], [5, 5, -5, 5]], dtype=np.int64)
+    n = np.array([3, 5], dtype=np.int64)
+    assert B._assign_exact(x, S, n).tolist() == [0]
+    assert B._assign_exact(x, S[::-1], n[::-1]).tolist() == [0]
+    # and a strict winner wins whatever its index
+    S2 = np.array([[3, 3, 3, 3], [1, 1, -1, -1]], dtype=np.int64)
+    assert B._assign_exact(x, S2, np.array([3, 1])).tolist() == [1]
 
 
 # ---------------------------------------------------------------------------------------

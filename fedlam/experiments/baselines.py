@@ -31,7 +31,7 @@ archetypes and (except ``local``) the same client batches:
     Lloyd rounds on each round's batches, warm-started from the previous round's centroids (its
     memory: a centroid whose archetype is absent receives no example and stays). ``fedkmeans`` is
     given k = archetypes seen so far; when k grows, new centroids are added from a k-FED-style
-    upload by farthest-point traversal (:func:`fedlam.baselines.extend_centroids`).
+    upload by farthest-point traversal (:func:`fedlam.baselines.grow_centroids`).
     ``fedkmeans_auto`` chooses k by silhouette every round on that upload pooled with its previous
     centroids (so it needs the upload every round).
 
@@ -507,7 +507,7 @@ def _run_fedkmeans(xi: np.ndarray, batches: ClientBatches, gen: np.random.Genera
         up = None
         if auto:
             up = baselines.local_centroids(ex, p.k_max, gen)
-            pool = up.pooled if prev is None else np.concatenate([up.pooled, prev])
+            pool = up.pooled if prev is None else np.concatenate([up.pooled, prev[0] / prev[1][:, None]])
             k = baselines.select_k(pool, gen, p.k_max).k
         else:
             _, per = _true_ks(batches, t)
@@ -522,13 +522,13 @@ def _run_fedkmeans(xi: np.ndarray, batches: ClientBatches, gen: np.random.Genera
         if prev is not None and k == k_prev:
             fit = baselines.federated_kmeans_fit(ex, k, gen, p.fedkmeans_rounds, init=prev)
         elif prev is not None and k > k_prev and up.pooled.shape[0] >= k - k_prev:
-            init = baselines.extend_centroids(prev, up.pooled, k - k_prev)
+            init = baselines.grow_centroids(prev, up, k - k_prev)
             fit = baselines.federated_kmeans_fit(ex, k, gen, p.fedkmeans_rounds, init=init)
         else:
             fit = baselines.federated_kmeans_fit(ex, k, gen, p.fedkmeans_rounds, upload=up)
         active = np.array([e.shape[0] > 0 for e in ex])
         sent += active * fit.rounds_run * baselines.upload_bytes("fedkmeans_round", N, k)
-        prev, k_prev = fit.centroids, k
+        prev, k_prev = (fit.sums, fit.sizes), k
         tr.magnetization[t], tr.spurious[t] = _record(fit.patterns, xi)
         tr.k_used[t] = k
         tr.bytes_sent[t] = float(sent.mean())
