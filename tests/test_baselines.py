@@ -337,3 +337,28 @@ def test_range_sign_attack_recovers_a_small_batch():
     ex2, _ = data.sample_examples(xi, 150, 0.6, np.array([0.5, 0.5]), 4)
     cand2 = EB.range_sign_attack(operators.hebbian(ex2), 5, starts=300)
     assert B.leaked_fraction(ex2, cand2, 0) == 0.0
+
+
+def test_experiment_with_clustering_methods_is_deterministic_and_consistent():
+    import json
+
+    from fedlam.experiments import baselines as EB
+
+    p = EB.BaselinesParams(scenarios=("static", "poison"), methods=EB.ALL_METHODS, N=40, T=4, M=30, seeds=1,
+                           k_max=5, attack_starts=50, leak_Ms=(4, 30))
+    a, b = EB.run(p, 3), EB.run(p, 3)
+    da, db = a.to_dict(), b.to_dict()
+    assert da == db and "wall_time" not in da
+    json.dumps(a.to_dict(include_timings=True), allow_nan=False)
+    i = {m: j for j, m in enumerate(p.methods)}
+    for s in p.scenarios:
+        assert a.magnetization[s].shape == (1, 8, 4, 3)
+        assert a.spurious[s].shape == a.k_used[s].shape == a.bytes_sent[s].shape == (1, 8, 4)
+        assert a.leak[s].shape == (1, 8, 2) and a.wall_time[s].shape == (1, 8)
+        assert np.all(a.bytes_sent[s][:, i["federated"]] == B.upload_bytes("hebbian", 40))
+        assert np.all(a.bytes_sent[s][:, i["local"]] == 0)
+        assert np.all(a.leak[s][:, i["oracle"]] == 1.0)
+    # the poisoner holds one distinct pattern: it sends one centroid; honest clients send k' = K
+    assert np.allclose(a.bytes_sent["poison"][:, i["kfed"]], (3 * 4 * 3 * 40 + 4 * 40) / 4)
+    # a client with M <= k_max distinct examples sends them all
+    assert a.leakage["centroids_kmax"][0, 0] == 1.0
