@@ -306,20 +306,22 @@ def test_client_batches_equal_the_federations_private_batches():
     seed = 2024
     got = EB.client_batches(xi, specs, T, seed)
     streams = np.random.default_rng(seed).spawn(len(specs) + 1)
-    clients = [federation.Client(s, xi, T, ctl.make_controller("paper"), streams[c]) for c, s in enumerate(specs)]
+    # the federation's own clients, built exactly as run_federation builds them
+    clients = [federation.Client(s.make_source(xi, T), ctl.make_controller("paper"), streams[c], kind=s.kind,
+                                 N=xi.shape[1]) for c, s in enumerate(specs)]
     for t in range(T):
         for c, cl in enumerate(clients):
             cl.observe(t)
             ex = cl._Client__examples  # test-only look at the private batch
             if specs[c].kind == "poison":
-                op, _ = cl.upload(None)
+                op = cl.upload(None).operator
                 fake = got.fakes[c]
                 np.testing.assert_allclose(op, operators.pattern_operator(fake))
                 np.testing.assert_array_equal(got.examples[t][c], np.repeat(fake, specs[c].batch_sizes(T)[t], 0))
             else:
                 np.testing.assert_array_equal(got.examples[t][c], ex)
                 if specs[c].kind == "honest":
-                    np.testing.assert_array_equal(np.bincount(got.labels[t][c], minlength=3), cl.label_counts())
+                    np.testing.assert_array_equal(np.bincount(got.labels[t][c], minlength=3), cl.label_counts(3))
     # and the whole federation consumes nothing else from the client streams: same history
     h1 = federation.run_federation(xi, specs, T, seed)
     h2 = federation.run_federation(xi, specs, T, seed)

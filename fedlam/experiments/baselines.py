@@ -219,7 +219,8 @@ class ClientBatches:
         fake pattern (the data the clustering baselines and the oracle get from it; the
         federation's poison client uploads ``ξ_f ξ_fᵀ/N`` directly).
     labels : list of list of numpy.ndarray
-        ``labels[t][c]``: int64 archetype index of each example; -1 for noise and poison rows.
+        ``labels[t][c]``: int64 archetype index of each example; -1 for noise and poison rows
+        and for sources without labels.
     kinds : tuple of str
     fakes : list of numpy.ndarray or None
         Per client, the poisoner's (1, N) fake pattern, else None.
@@ -242,12 +243,12 @@ def client_batches(archetypes: np.ndarray, specs: Any, T: int, rng: np.random.Ge
     """Reproduce the private batches of :func:`fedlam.federation.run_federation`'s clients.
 
     ``run_federation(archetypes, specs, T, rng)`` gives client c the child stream
-    ``as_rng(rng).spawn(L + 1)[c]``; a poison client first draws its fake pattern from it, then
-    every round an honest or flip client draws ``data.sample_examples(archetypes, M_c(t), r,
-    mixture[t], stream)`` and a noise client ``stream.choice([-1, 1], (M_c(t), N))``. Only the
-    client streams are touched (not the server's), so the same seed (an int, or a fresh
-    Generator in the same state) gives the federation's batches exactly; ``tests/test_baselines.py``
-    checks this against the federation's clients.
+    ``as_rng(rng).spawn(L + 1)[c]`` and the data source ``specs[c].make_source(archetypes, T)``
+    (:mod:`fedlam.protocol`); a poison client first draws its fake pattern from its stream,
+    every other client draws ``source.batch(t, stream)`` each round. We do the same with the
+    same sources, touching only the client streams (not the server's), so the same seed (an
+    int, or a fresh Generator in the same state) gives the federation's batches exactly;
+    ``tests/test_baselines.py`` checks this against the federation's clients.
 
     Parameters
     ----------
@@ -262,7 +263,7 @@ def client_batches(archetypes: np.ndarray, specs: Any, T: int, rng: np.random.Ge
     -------
     ClientBatches
     """
-    from fedlam import data, federation
+    from fedlam import federation
 
     check_pm1(archetypes, "archetypes", ndim=2)
     K, N = archetypes.shape
@@ -275,8 +276,8 @@ def client_batches(archetypes: np.ndarray, specs: Any, T: int, rng: np.random.Ge
     L = len(specs)
     streams = as_rng(rng).spawn(L + 1)
     pm = np.array([-1, 1], dtype=np.int8)
+    sources = [s.make_source(archetypes, T) for s in specs]
     sizes = [s.batch_sizes(T) for s in specs]
-    mixes = [s.checked_mixture(T, K) for s in specs]
     fakes: list = []
     for c, s in enumerate(specs):
         fakes.append(streams[c].choice(pm, size=(1, N)) if s.kind == "poison" else None)
@@ -284,16 +285,15 @@ def client_batches(archetypes: np.ndarray, specs: Any, T: int, rng: np.random.Ge
     labels = [[None] * L for _ in range(T)]
     for t in range(T):
         for c, s in enumerate(specs):
-            M = int(sizes[c][t])
-            if s.kind in ("honest", "flip"):
-                ex, lab = data.sample_examples(archetypes, M, s.r, mixes[c][t], streams[c])
-            elif s.kind == "noise":
-                ex = streams[c].choice(pm, size=(M, N))
-                lab = np.full(M, -1, dtype=np.int64)
+            if sources[c] is None:  # the poisoner: M copies of its fake pattern
+                ex = np.repeat(fakes[c], int(sizes[c][t]), axis=0)
+                lab = None
             else:
-                ex = np.repeat(fakes[c], M, axis=0)
-                lab = np.full(M, -1, dtype=np.int64)
-            examples[t][c], labels[t][c] = ex, lab
+                ex, lab = sources[c].batch(t, streams[c])
+                ex = np.ascontiguousarray(ex, dtype=np.int8)
+            if lab is None or s.kind not in ("honest", "flip"):
+                lab = np.full(ex.shape[0], -1, dtype=np.int64)
+            examples[t][c], labels[t][c] = ex, np.asarray(lab, dtype=np.int64)
     return ClientBatches(examples=examples, labels=labels, kinds=tuple(s.kind for s in specs), fakes=fakes)
 
 
