@@ -48,7 +48,8 @@ Recorded per method and round: magnetization with optimal matching, spurious pat
 k used (estimated or given), bytes each client uploads (:func:`fedlam.baselines.upload_bytes`);
 per run: wall time; from round 0: the fraction of each honest client's examples that one upload
 reveals within ``leak_bits`` bit flips (signs of sent centroids; for a Hebbian upload, the
-output of a sign iteration inside the range of the operator — :func:`range_sign_attack`).
+output of an attack on it, :func:`hebbian_attack`, by default the plain sign iteration inside
+the range of the operator, :func:`range_sign_attack`).
 Separately, :func:`leakage_curve` measures that fraction against the batch size M.
 
 The notebook is {ref}`sec-exp-baselines`.
@@ -78,7 +79,7 @@ from fedlam.experiments._common import (
 
 __all__ = ["BaselinesParams", "BaselinesResult", "PRESETS", "METHODS", "CLUSTERING_METHODS",
            "ALL_METHODS", "SCENARIOS", "make_params", "run", "signed_eigenvectors", "client_batches",
-           "ClientBatches", "range_sign_attack", "leakage_curve"]
+           "ClientBatches", "range_sign_attack", "hebbian_attack", "leakage_curve"]
 
 #: The Hebbian-side methods (the dataclass default, kept for compatibility).
 METHODS = ("federated", "spectral", "local", "oracle")
@@ -119,8 +120,12 @@ class BaselinesParams:
         Largest k tried by the ``_auto`` clustering methods (and their clients' k′).
     fedkmeans_rounds : int
         Lloyd rounds of federated k-means per federation round.
+    attack : {"range", "privacy"}
+        Attack on a Hebbian upload: ``"range"`` the plain sign iteration inside the range of the
+        upload (:func:`range_sign_attack`); ``"privacy"`` the privacy chapter's
+        ``fedlam.privacy.reconstruct_examples`` (needs that module).
     attack_starts : int
-        Random starts of the sign-iteration attack on a Hebbian upload.
+        Random starts of the ``"range"`` attack.
     leak_bits : float
         Tolerance of the leak measure as a fraction of N (``floor(leak_bits * N)`` bit flips).
     leak_Ms : tuple of int
@@ -145,6 +150,7 @@ class BaselinesParams:
     structured_M_total: int = 4000
     k_max: int = 10
     fedkmeans_rounds: int = 10
+    attack: str = "range"
     attack_starts: int = 2000
     leak_bits: float = 0.01
     leak_Ms: tuple = (5, 10, 20, 50, 100, 200)
@@ -179,6 +185,7 @@ class BaselinesParams:
         check_positive_int(self.structured_M_total, "structured_M_total")
         check_positive_int(self.k_max, "k_max", minimum=2)
         check_positive_int(self.fedkmeans_rounds, "fedkmeans_rounds")
+        check_choice(self.attack, "attack", ("range", "privacy"))
         check_positive_int(self.attack_starts, "attack_starts")
         check_in_range(self.leak_bits, "leak_bits", 0.0, 0.5)
         check_int_tuple(self.leak_Ms, "leak_Ms")
@@ -337,13 +344,29 @@ def range_sign_attack(J: np.ndarray, rng: np.random.Generator | int, starts: int
     return np.unique(X.astype(np.int8), axis=0)
 
 
+def hebbian_attack(J: np.ndarray, M: int, rng: np.random.Generator | int, attack: str = "range",
+                   starts: int = 2000) -> np.ndarray:
+    """±1 vectors extracted from one Hebbian upload of a batch of M examples.
+
+    ``attack="range"``: :func:`range_sign_attack` with ``starts`` random starts;
+    ``attack="privacy"``: ``fedlam.privacy.reconstruct_examples(J, M, rng)`` (the privacy
+    chapter's attack; an ImportError if that module is absent).
+    """
+    check_choice(attack, "attack", ("range", "privacy"))
+    if attack == "privacy":
+        from fedlam import privacy  # type: ignore[attr-defined]
+
+        return np.asarray(privacy.reconstruct_examples(J, M, rng), dtype=np.int8)
+    return range_sign_attack(J, rng, starts=starts)
+
+
 def leakage_curve(N: int, K: int, r: float, Ms: tuple, k_max: int, rng: np.random.Generator | int,
-                  seeds: int = 2, starts: int = 500, max_bits: int = 0) -> dict:
+                  seeds: int = 2, starts: int = 500, max_bits: int = 0, attack: str = "range") -> dict:
     """Fraction of one client's examples revealed by its first upload, against its batch size M.
 
     For each M in ``Ms`` and seed: K random archetypes, one client's batch from the uniform
     mixture at quality r, and three uploads: its Hebbian operator (attacked with
-    :func:`range_sign_attack`), its k-FED centroids with k′ = K, and with k′ = ``k_max`` (what
+    :func:`hebbian_attack`), its k-FED centroids with k′ = K, and with k′ = ``k_max`` (what
     the ``_auto`` methods send). Derived in {ref}`sec-exp-baselines-clustering`.
 
     Returns
@@ -361,7 +384,7 @@ def leakage_curve(N: int, K: int, r: float, Ms: tuple, k_max: int, rng: np.rando
         xi = data.random_archetypes(K, N, gen)
         for j, M in enumerate(Ms):
             ex, _ = data.sample_examples(xi, M, r, np.full(K, 1.0 / K), gen)
-            cand = range_sign_attack(operators.hebbian(ex), gen, starts=starts)
+            cand = hebbian_attack(operators.hebbian(ex), M, gen, attack, starts)
             out["hebbian"][s, j] = baselines.leaked_fraction(ex, cand, max_bits)
             for key, kk in (("centroids_K", K), ("centroids_kmax", k_max)):
                 up = baselines.local_centroids([ex], kk, gen)
@@ -407,13 +430,14 @@ def _leak(batches: ClientBatches, revealed_per_client: list, max_bits: int) -> t
     return (float(np.mean(vals_e)), float(np.mean(vals_t))) if vals_e else (float("nan"), float("nan"))
 
 
-def _hebbian_leak(batches: ClientBatches, gen: np.random.Generator, starts: int, max_bits: int) -> tuple[float, float]:
+def _hebbian_leak(batches: ClientBatches, gen: np.random.Generator, p: BaselinesParams,
+                  max_bits: int) -> tuple[float, float]:
     from fedlam import operators
 
     revealed = []
     for c, ex in enumerate(batches.examples[0]):
         if batches.kinds[c] in ("honest", "flip") and ex.shape[0] > 0:
-            revealed.append(range_sign_attack(operators.hebbian(ex), gen, starts=starts))
+            revealed.append(hebbian_attack(operators.hebbian(ex), ex.shape[0], gen, p.attack, p.attack_starts))
         else:
             revealed.append(np.empty((0, ex.shape[1]), dtype=np.int8))
     return _leak(batches, revealed, max_bits)
@@ -553,7 +577,7 @@ def _run_federation(xi: np.ndarray, specs: list, T: int, seed: int, ctrl: Any, s
     tr = _Trace(h.magnetization.copy(), h.spurious.copy(), h.k_hat.astype(np.float64),
                 np.full(T, float(baselines.upload_bytes("hebbian", N))))
     tr.wall_time = wall
-    tr.leak_exact, tr.leak_tol = _hebbian_leak(batches, gen, p.attack_starts, max_bits)
+    tr.leak_exact, tr.leak_tol = _hebbian_leak(batches, gen, p, max_bits)
     return tr
 
 
@@ -721,7 +745,8 @@ def run(params: BaselinesParams, rng: Any) -> BaselinesResult:
     leakage: dict = {}
     if any(m in CLUSTERING_METHODS for m in p.methods):
         leakage = leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seeds[0][1], 99]),
-                                seeds=p.seeds, starts=p.attack_starts, max_bits=int(math.floor(p.leak_bits * p.N)))
+                                seeds=p.seeds, starts=p.attack_starts, max_bits=int(math.floor(p.leak_bits * p.N)),
+                                attack=p.attack)
     return BaselinesResult(params=p, magnetization=out["mag"], local_best=out["best"], spurious=out["spur"],
                            k_used=out["k"], bytes_sent=out["bytes"], leak=out["leak"], wall_time=out["wall"],
                            leakage=leakage, summary=out["summary"])
