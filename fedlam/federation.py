@@ -47,6 +47,7 @@ from ._validation import (
     check_choice,
     check_in_range,
     check_nonneg_int,
+    check_operator,
     check_pm1,
     check_positive_int,
     check_prob_vector,
@@ -180,7 +181,10 @@ class Client:
         ``1 - r^2``); None: estimated from its own operator
         (:func:`fedlam.khat.client_noise_var`).
     privacy : PrivacyMechanism or None
-        Noise added to every upload.
+        Noise added to the client's fresh operator ``B`` before anything else is computed
+        from it (weight, blend, reported scalars), so that the whole upload is covered by the
+        mechanism's guarantee; the reported bulk variance is then ``1 - r^2`` for a declared
+        ``r`` and None otherwise (never estimated from the raw examples).
     N : int or None
         Dimension (needed only for a poisoner, which has no source).
     """
@@ -265,21 +269,28 @@ class Client:
             return Upload(operators.pattern_operator(self.__fake), 0, float("nan"))
         M = self.batch_size
         B = operators.hebbian(self.__examples) if M > 0 else None
-        s2 = self._noise_var() if B is not None else None
+        sigma = 0.0
+        if self.__privacy is not None and B is not None:
+            # noise first: the weight, the blend and every scalar sent are then functions of
+            # the noised operator and public quantities only (post-processing), so the
+            # (epsilon, delta) guarantee covers the whole upload (chapter 11)
+            B, sigma = self.__privacy.apply(B, M, self.__rng)
+            s2 = None if self.__r is None else 1.0 - self.__r ** 2
+        else:
+            s2 = self._noise_var() if B is not None else None
         if broadcast is None:  # round 0
             op, w = (B, 1.0) if B is not None else (np.zeros((self.N, self.N)), 0.0)
         else:
             spec = None
             if B is not None and self.controller.needs_spectrum:
-                spec = ctl.local_spectrum(self.__examples)
+                spec = (ctl.local_spectrum(self.__examples) if self.__privacy is None
+                        else ctl.local_spectrum(B=B, M=M))
             w = float(self.controller.update(broadcast, B, M, spec))
-            op = operators.blend(B, broadcast, w) if B is not None else broadcast.copy()
+            op = operators._blend(B, broadcast, w) if B is not None else broadcast.copy()
         if self.kind == "flip":
             op = -op
-        sigma = 0.0
-        if self.__privacy is not None:
-            op, sigma = self.__privacy.apply(op, M, self.__rng)
-        return Upload(op, M, w, s2, float(sigma))
+        # the noise in the upload is w times the noise added to B
+        return Upload(op, M, w, s2, float(w * sigma))
 
 
 @dataclass(frozen=True)
@@ -370,11 +381,11 @@ class Server:
         return None
 
     def aggregate(self, uploads: Sequence[Upload], weights: np.ndarray | None = None) -> np.ndarray:
-        """Mean (or weighted mean) of the uploaded operators."""
+        """Mean (or weighted mean) of the uploaded operators (checked by :meth:`round`)."""
         ops = [u.operator for u in uploads]
         if any(op is None for op in ops):
             raise ValueError("every upload must carry its operator to be aggregated")
-        return operators.aggregate(ops, weights)
+        return operators._aggregate(ops, weights)
 
     def factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
                   weights: np.ndarray | None = None, component_k: int = 16) -> Any:
@@ -410,7 +421,7 @@ class Server:
                              **params)
 
     def round(self, uploads: Sequence[Upload], rng: np.random.Generator,
-              broadcast_rank: int = 0) -> RoundResult:
+              broadcast_rank: int = 0, aggregate: np.ndarray | None = None) -> RoundResult:
         """One server step: aggregate, factorize, broadcast.
 
         Parameters
@@ -420,6 +431,10 @@ class Server:
         rng : numpy.random.Generator
         broadcast_rank : int
             Rank of the previous broadcast (sizes the per-upload fits of ``k_rule="fit"``).
+        aggregate : numpy.ndarray or None
+            The weighted sum of the operators, already accumulated as the uploads arrived
+            (:meth:`accumulate`; the uploads may then carry no operator). Only with
+            ``k_rule="scalars"``: nothing else needs the individual operators.
         """
         if isinstance(uploads, Upload) or not isinstance(uploads, Sequence) or len(uploads) == 0:
             raise TypeError(f"uploads must be a non-empty list of Upload, got {_describe(uploads)}")
@@ -428,11 +443,42 @@ class Server:
                 raise TypeError(f"uploads[{c}] must be a fedlam.protocol.Upload, got {_describe(u)}")
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
-        J = self.aggregate(uploads, weights)
-        seen = [u.without_operator() for u in uploads] if self.secure else list(uploads)
+        if aggregate is None:
+            N = None
+            for c, u in enumerate(uploads):
+                # the entry point of the server: every received operator is checked once, here
+                check_operator(u.operator, f"uploads[{c}].operator")
+                if N is None:
+                    N = u.operator.shape[0]
+                elif u.operator.shape[0] != N:
+                    raise ValueError(f"uploads[{c}].operator must be ({N}, {N}) like uploads[0], got {u.operator.shape}")
+            J = self.aggregate(uploads, weights)
+        else:
+            if self.k_rule != "scalars":
+                raise ValueError(f"a pre-summed aggregate needs k_rule='scalars', got {self.k_rule!r}")
+            J = check_operator(aggregate, "aggregate")
+        seen = [u.without_operator() if (self.secure or u.operator is None) else u for u in uploads]
         result = self.factorize(J, rng, seen, weights, component_k=max(16, 2 * broadcast_rank + 8))
         patterns = np.asarray(result.patterns, dtype=np.int8)
         return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
+
+    def accumulate(self, total: np.ndarray | None, upload: Upload, weight: float) -> np.ndarray:
+        """Add ``weight * upload.operator`` to a running sum (checked on arrival).
+
+        With this the server never holds more than one received operator at a time: the
+        memory of a round does not grow with the number of clients (1000 uploads at N = 784
+        would be 4.9 GB). Returns the new sum.
+        """
+        if not isinstance(upload, Upload):
+            raise TypeError(f"upload must be a fedlam.protocol.Upload, got {_describe(upload)}")
+        op = check_operator(upload.operator, "upload.operator")
+        if total is None:
+            return np.multiply(op, float(weight), dtype=np.float64)
+        if op.shape != total.shape:
+            raise ValueError(f"upload.operator must have shape {total.shape}, got {op.shape}")
+        if weight != 0.0:
+            total += float(weight) * op
+        return total
 
     @staticmethod
     def broadcast(patterns: np.ndarray) -> np.ndarray:
@@ -706,14 +752,22 @@ def run_federation(
     # round 0: no feedback (None), or an empty memory the controllers can judge against
     broadcast = np.zeros((N, N)) if control_round0 else None
     k_broadcast = 0
+    stream = server.k_rule == "scalars"  # sum the uploads as they arrive: O(N^2) memory
     for t in range(T):
-        uploads = []
-        for c, client in enumerate(clients):
+        for client in clients:
             client.observe(t)
+        sizes = np.array([cl.batch_size for cl in clients], dtype=np.float64)
+        om = server.weights(L, sizes)
+        uploads = []
+        total = None
+        for c, client in enumerate(clients):
             up = client.upload(broadcast)
-            uploads.append(up)
             rec.client(t, c, client, up.weight, controlled=broadcast is not None)
-        rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast)
+            if stream:
+                total = server.accumulate(total, up, 1.0 / L if om is None else float(om[c]))
+                up = up.without_operator()
+            uploads.append(up)
+        rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total)
         if reconstruct is not None:
             patterns = reconstruct(rr.result)
             if not isinstance(patterns, np.ndarray):

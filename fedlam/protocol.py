@@ -275,8 +275,11 @@ class ArraySource:
                 X = np.load(p, allow_pickle=False)
             else:
                 raise ValueError(f"path must end in .npy or .npz, got {p!r}")
-        except (OSError, EOFError) as exc:  # truncated or not an array file
-            raise ValueError(f"{p!r} is not a readable numpy file: {exc}") from None
+        except (OSError, EOFError, ValueError) as exc:
+            if str(exc).startswith(repr(p)):  # our own message about the file's content
+                raise
+            # truncated, not an array file, or object arrays (never unpickled)
+            raise ValueError(f"{p!r} is not a readable numpy file of -1/+1 integers: {exc}") from None
         if not isinstance(X, np.ndarray) or not np.issubdtype(X.dtype, np.integer) or X.dtype == np.bool_:
             raise ValueError(f"{p!r}: examples must be an integer array of -1/+1, got dtype {getattr(X, 'dtype', None)}")
         if X.ndim != 2:

@@ -215,15 +215,23 @@ def test_only_uploads_reach_the_server(monkeypatch):
     xi = data.random_archetypes(K, N, 61)
     pi = data.static_mixture(T, 2, K)
     seen: list = []
-    orig = F.Server.round
+    rounds: list = []
+    orig_acc, orig_round = F.Server.accumulate, F.Server.round
 
-    def spy(self, uploads, rng, broadcast_rank=0):
-        seen.append(list(uploads))
-        return orig(self, uploads, rng, broadcast_rank)
+    def spy_acc(self, total, upload, weight):
+        seen.append(upload)
+        return orig_acc(self, total, upload, weight)
 
-    monkeypatch.setattr(F.Server, "round", spy)
+    def spy_round(self, uploads, rng, broadcast_rank=0, aggregate=None):
+        rounds.append(list(uploads))
+        assert all(u.operator is None for u in uploads)  # operators were summed on arrival
+        return orig_round(self, uploads, rng, broadcast_rank, aggregate)
+
+    monkeypatch.setattr(F.Server, "accumulate", spy_acc)
+    monkeypatch.setattr(F.Server, "round", spy_round)
     h = F.run_federation(xi, _honest(pi), T, 8, controller=1.0)
-    assert len(seen) == T and all(len(r) == 2 for r in seen)
+    assert len(rounds) == T and all(len(r) == 2 for r in rounds) and len(seen) == 2 * T
+    seen = [seen[2 * t: 2 * t + 2] for t in range(T)]
     # reproduce the clients' batches from their streams: the server got exactly their operators
     streams = np.random.default_rng(8).spawn(3)
     for c in range(2):
