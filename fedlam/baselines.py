@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -260,8 +261,8 @@ def _kmeans_client(X: np.ndarray, k: int, seed: int, n_init: int) -> tuple[np.nd
     # canonical order (by each cluster's first example), independent of the label permutation
     first_member = np.full(k, X.shape[0])
     np.minimum.at(first_member, labels, np.arange(X.shape[0]))
-    order = [j for j in np.argsort(first_member, kind="stable") if counts[j] > 0]
-    return sums[order] / counts[order, None], counts[order]
+    keep = [int(j) for j in np.argsort(first_member, kind="stable") if counts[j] > 0]
+    return sums[keep] / counts[keep, None], counts[keep]
 
 
 def local_centroids(client_examples: Sequence[np.ndarray], k_local: int | Sequence[int],
@@ -292,7 +293,7 @@ def local_centroids(client_examples: Sequence[np.ndarray], k_local: int | Sequen
     n_init = check_positive_int(n_init, "n_init")
     gen = as_rng(rng)
     cents, counts, used = [], [], []
-    for X, k_c in zip(clients, ks):
+    for X, k_c in zip(clients, ks, strict=True):
         seed = _draw_seed(gen)
         if X.shape[0] == 0:
             cents.append(np.empty((0, N), dtype=np.float32))
@@ -473,7 +474,7 @@ class KFedResult:
 def kfed_fit(client_examples: Sequence[np.ndarray], k: int, rng: np.random.Generator | int,
              k_local: int | Sequence[int] | None = None, *, n_init: int = 10) -> KFedResult:
     """k-FED with everything it sends and computes (see :func:`kfed`)."""
-    clients, N = _check_clients(client_examples)
+    clients, _ = _check_clients(client_examples)
     total = int(sum(X.shape[0] for X in clients))
     k = _check_k(k, total, "examples available over all clients")
     ks = _check_k_local(k_local, len(clients), default=k)
@@ -586,7 +587,8 @@ def _upload_sums(up: LocalCentroids) -> tuple[np.ndarray, np.ndarray]:
     return np.rint(C * n[:, None]).astype(np.int64), n.astype(np.int64)
 
 
-def _init_from_upload(up: LocalCentroids, k: int, gen: np.random.Generator, n_init: int) -> tuple[np.ndarray, np.ndarray]:
+def _init_from_upload(up: LocalCentroids, k: int, gen: np.random.Generator,
+                      n_init: int) -> tuple[np.ndarray, np.ndarray]:
     """Server seeding of federated k-means: count-weighted k-means++ (scikit-learn) on the
     received local centroids; each seed is then the exact pooled mean of its group."""
     from sklearn.cluster import KMeans

@@ -364,3 +364,22 @@ def test_experiment_with_clustering_methods_is_deterministic_and_consistent():
     assert np.allclose(a.bytes_sent["poison"][:, i["kfed"]], (3 * 4 * 3 * 40 + 4 * 40) / 4)
     # a client with M <= k_max distinct examples sends them all
     assert a.leakage["centroids_kmax"][0, 0] == 1.0
+
+
+def test_runs_over_scenario_subsets_combine_into_one_run():
+    import dataclasses
+
+    from fedlam.experiments import baselines as EB
+
+    p = EB.BaselinesParams(scenarios=("static", "noise"), methods=("federated", "kfed", "fedkmeans_auto"), N=40,
+                           T=4, M=30, seeds=1, k_max=5, attack_starts=50, leak_Ms=(4, 30))
+    whole = EB.run(p, 8)
+    parts = [EB.run(dataclasses.replace(p, scenarios=(s,)), 8, leakage=False) for s in p.scenarios]
+    joined = EB.combine(parts, leakage=EB.run_leakage(p, 8))
+    assert joined.to_dict() == whole.to_dict()
+    with pytest.raises(ValueError, match="repeats"):
+        EB.combine([parts[0], parts[0]])
+    with pytest.raises(ValueError, match="other parameters"):
+        EB.combine([parts[0], EB.run(dataclasses.replace(p, scenarios=("noise",), M=20), 8, leakage=False)])
+    with pytest.raises(TypeError, match="parts"):
+        EB.combine(parts[0])

@@ -48,8 +48,8 @@ Recorded per method and round: magnetization with optimal matching, spurious pat
 k used (estimated or given), bytes each client uploads (:func:`fedlam.baselines.upload_bytes`);
 per run: wall time; from round 0: the fraction of each honest client's examples that one upload
 reveals within ``leak_bits`` bit flips (signs of sent centroids; for a Hebbian upload, the
-output of an attack on it, :func:`hebbian_attack`, by default the plain sign iteration inside
-the range of the operator, :func:`range_sign_attack`).
+output of an attack on it, :func:`hebbian_attack`: by default the privacy chapter's
+:func:`fedlam.privacy.reconstruct_examples`), measured on the first honest client.
 Separately, :func:`leakage_curve` measures that fraction against the batch size M.
 
 The notebook is {ref}`sec-exp-baselines`.
@@ -73,13 +73,16 @@ from fedlam.experiments._common import (
     check_int_tuple,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 
 __all__ = ["BaselinesParams", "BaselinesResult", "PRESETS", "METHODS", "CLUSTERING_METHODS",
            "ALL_METHODS", "SCENARIOS", "make_params", "run", "signed_eigenvectors", "client_batches",
-           "ClientBatches", "range_sign_attack", "hebbian_attack", "leakage_curve"]
+           "ClientBatches", "range_sign_attack", "hebbian_attack", "leakage_curve", "run_leakage",
+           "combine"]
 
 #: The Hebbian-side methods (the dataclass default, kept for compatibility).
 METHODS = ("federated", "spectral", "local", "oracle")
@@ -120,10 +123,11 @@ class BaselinesParams:
         Largest k tried by the ``_auto`` clustering methods (and their clients' k′).
     fedkmeans_rounds : int
         Lloyd rounds of federated k-means per federation round.
-    attack : {"range", "privacy"}
-        Attack on a Hebbian upload: ``"range"`` the plain sign iteration inside the range of the
-        upload (:func:`range_sign_attack`); ``"privacy"`` the privacy chapter's
-        ``fedlam.privacy.reconstruct_examples`` (needs that module).
+    attack : {"privacy", "range"}
+        Attack on a Hebbian upload: ``"privacy"`` the privacy chapter's
+        :func:`fedlam.privacy.reconstruct_examples`; ``"range"`` the plain sign iteration inside
+        the range of the upload (:func:`range_sign_attack`, always shown for comparison in the
+        leakage curve).
     attack_starts : int
         Random starts of the ``"range"`` attack.
     leak_bits : float
@@ -150,7 +154,7 @@ class BaselinesParams:
     structured_M_total: int = 4000
     k_max: int = 10
     fedkmeans_rounds: int = 10
-    attack: str = "range"
+    attack: str = "privacy"
     attack_starts: int = 2000
     leak_bits: float = 0.01
     leak_Ms: tuple = (5, 10, 20, 50, 100, 200)
@@ -273,7 +277,7 @@ def client_batches(archetypes: np.ndarray, specs: Any, T: int, rng: np.random.Ge
     from fedlam import federation
 
     check_pm1(archetypes, "archetypes", ndim=2)
-    K, N = archetypes.shape
+    N = archetypes.shape[1]
     T = check_positive_int(T, "T")
     if isinstance(specs, federation.ClientSpec) or not isinstance(specs, (list, tuple)) or len(specs) == 0:
         raise TypeError(f"specs must be a non-empty list of ClientSpec, got {_describe(specs)}")
@@ -288,8 +292,8 @@ def client_batches(archetypes: np.ndarray, specs: Any, T: int, rng: np.random.Ge
     fakes: list = []
     for c, s in enumerate(specs):
         fakes.append(streams[c].choice(pm, size=(1, N)) if s.kind == "poison" else None)
-    examples = [[None] * L for _ in range(T)]
-    labels = [[None] * L for _ in range(T)]
+    examples: list[list[Any]] = [[None] * L for _ in range(T)]
+    labels: list[list[Any]] = [[None] * L for _ in range(T)]
     for t in range(T):
         for c, s in enumerate(specs):
             if sources[c] is None:  # the poisoner: M copies of its fake pattern
@@ -349,12 +353,12 @@ def hebbian_attack(J: np.ndarray, M: int, rng: np.random.Generator | int, attack
     """±1 vectors extracted from one Hebbian upload of a batch of M examples.
 
     ``attack="range"``: :func:`range_sign_attack` with ``starts`` random starts;
-    ``attack="privacy"``: ``fedlam.privacy.reconstruct_examples(J, M, rng)`` (the privacy
-    chapter's attack; an ImportError if that module is absent).
+    ``attack="privacy"``: :func:`fedlam.privacy.reconstruct_examples` ``(J, M, rng)`` (the
+    privacy chapter's attack).
     """
     check_choice(attack, "attack", ("range", "privacy"))
     if attack == "privacy":
-        from fedlam import privacy  # type: ignore[attr-defined]
+        from fedlam import privacy
 
         return np.asarray(privacy.reconstruct_examples(J, M, rng), dtype=np.int8)
     return range_sign_attack(J, rng, starts=starts)
@@ -366,25 +370,30 @@ def leakage_curve(N: int, K: int, r: float, Ms: tuple, k_max: int, rng: np.rando
 
     For each M in ``Ms`` and seed: K random archetypes, one client's batch from the uniform
     mixture at quality r, and three uploads: its Hebbian operator (attacked with
-    :func:`hebbian_attack`), its k-FED centroids with k′ = K, and with k′ = ``k_max`` (what
-    the ``_auto`` methods send). Derived in {ref}`sec-exp-baselines-clustering`.
+    :func:`hebbian_attack`, and with the plain :func:`range_sign_attack` for comparison), its
+    k-FED centroids with k′ = K, and with k′ = ``k_max`` (what the ``_auto`` methods send).
+    Derived in {ref}`sec-exp-baselines-clustering`.
 
     Returns
     -------
     dict
-        ``"Ms"``, and for ``"hebbian"``, ``"centroids_K"``, ``"centroids_kmax"`` (S, len(Ms))
-        arrays of revealed fractions.
+        ``"Ms"``, and for ``"hebbian"`` (the chosen attack), ``"hebbian_range"``,
+        ``"centroids_K"``, ``"centroids_kmax"`` (S, len(Ms)) arrays of revealed fractions.
     """
     from fedlam import baselines, data, operators
 
     gen = as_rng(rng)
     Ms = check_int_tuple(Ms, "Ms")
-    out = {key: np.zeros((seeds, len(Ms))) for key in ("hebbian", "centroids_K", "centroids_kmax")}
+    keys = ("hebbian", "hebbian_range", "centroids_K", "centroids_kmax")
+    out = {key: np.zeros((seeds, len(Ms))) for key in keys}
     for s in range(seeds):
         xi = data.random_archetypes(K, N, gen)
         for j, M in enumerate(Ms):
             ex, _ = data.sample_examples(xi, M, r, np.full(K, 1.0 / K), gen)
-            cand = hebbian_attack(operators.hebbian(ex), M, gen, attack, starts)
+            J = operators.hebbian(ex)
+            plain = range_sign_attack(J, gen, starts=starts)
+            out["hebbian_range"][s, j] = baselines.leaked_fraction(ex, plain, max_bits)
+            cand = plain if attack == "range" else hebbian_attack(J, M, gen, attack, starts)
             out["hebbian"][s, j] = baselines.leaked_fraction(ex, cand, max_bits)
             for key, kk in (("centroids_K", K), ("centroids_kmax", k_max)):
                 up = baselines.local_centroids([ex], kk, gen)
@@ -415,31 +424,37 @@ def _record(patterns: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, int]:
     return metrics.magnetization(P, xi), metrics.spurious_count(P, xi)
 
 
+def _leak_client(batches: ClientBatches) -> int | None:
+    """The client whose round-0 upload the leak measure attacks: the first honest one with data."""
+    for c, kind in enumerate(batches.kinds):
+        if kind in ("honest", "flip") and batches.examples[0][c].shape[0] > 0:
+            return c
+    return None
+
+
 def _leak(batches: ClientBatches, revealed_per_client: list, max_bits: int) -> tuple[float, float]:
-    """Mean over honest clients of the fraction of their round-0 examples revealed."""
+    """Fraction of that client's round-0 examples revealed (exactly, within ``max_bits``)."""
     from fedlam import baselines
 
-    ex0 = batches.examples[0]
-    vals_e, vals_t = [], []
-    for c, kind in enumerate(batches.kinds):
-        if kind not in ("honest", "flip") or ex0[c].shape[0] == 0:
-            continue
-        R = revealed_per_client[c]
-        vals_e.append(baselines.leaked_fraction(ex0[c], R, 0))
-        vals_t.append(baselines.leaked_fraction(ex0[c], R, max_bits))
-    return (float(np.mean(vals_e)), float(np.mean(vals_t))) if vals_e else (float("nan"), float("nan"))
+    c = _leak_client(batches)
+    if c is None:
+        return float("nan"), float("nan")
+    X, R = batches.examples[0][c], revealed_per_client[c]
+    return baselines.leaked_fraction(X, R, 0), baselines.leaked_fraction(X, R, max_bits)
 
 
 def _hebbian_leak(batches: ClientBatches, gen: np.random.Generator, p: BaselinesParams,
                   max_bits: int) -> tuple[float, float]:
+    """The same measure on that client's round-0 Hebbian upload (one attack per scenario and seed,
+    shared by ``federated`` and ``spectral``, whose uploads are the same)."""
     from fedlam import operators
 
-    revealed = []
-    for c, ex in enumerate(batches.examples[0]):
-        if batches.kinds[c] in ("honest", "flip") and ex.shape[0] > 0:
-            revealed.append(hebbian_attack(operators.hebbian(ex), ex.shape[0], gen, p.attack, p.attack_starts))
-        else:
-            revealed.append(np.empty((0, ex.shape[1]), dtype=np.int8))
+    c = _leak_client(batches)
+    if c is None:
+        return float("nan"), float("nan")
+    ex = batches.examples[0][c]
+    revealed = [np.empty((0, ex.shape[1]), dtype=np.int8)] * len(batches.kinds)
+    revealed[c] = hebbian_attack(operators.hebbian(ex), ex.shape[0], gen, p.attack, p.attack_starts)
     return _leak(batches, revealed, max_bits)
 
 
@@ -473,8 +488,8 @@ def _true_ks(batches: ClientBatches, t: int) -> tuple[int, list[int]]:
     A noise client gets the global count (it cannot know better); an empty or poison client 1.
     """
     labs = batches.labels[t]
-    present = set()
-    for c, lab in enumerate(labs):
+    present: set[int] = set()
+    for lab in labs:
         present.update(int(v) for v in np.unique(lab) if v >= 0)
     k = max(len(present), 1)
     per = []
@@ -535,7 +550,7 @@ def _run_fedkmeans(xi: np.ndarray, batches: ClientBatches, gen: np.random.Genera
             k = baselines.select_k(pool, gen, p.k_max).k
         else:
             _, per = _true_ks(batches, t)
-            for c, lab in enumerate(batches.labels[t]):
+            for lab in batches.labels[t]:
                 seen.update(int(v) for v in np.unique(lab) if v >= 0)
             k = max(len(seen), 1)
         if prev is None or k != k_prev:
@@ -545,7 +560,7 @@ def _run_fedkmeans(xi: np.ndarray, batches: ClientBatches, gen: np.random.Genera
             sent += [baselines.upload_bytes("fedkmeans_init", N, kc) for kc in up.k_local]
         if prev is not None and k == k_prev:
             fit = baselines.federated_kmeans_fit(ex, k, gen, p.fedkmeans_rounds, init=prev)
-        elif prev is not None and k > k_prev and up.pooled.shape[0] >= k - k_prev:
+        elif prev is not None and up is not None and k > k_prev and up.pooled.shape[0] >= k - k_prev:
             init = baselines.grow_centroids(prev, up, k - k_prev)
             fit = baselines.federated_kmeans_fit(ex, k, gen, p.fedkmeans_rounds, init=init)
         else:
@@ -556,7 +571,7 @@ def _run_fedkmeans(xi: np.ndarray, batches: ClientBatches, gen: np.random.Genera
         tr.magnetization[t], tr.spurious[t] = _record(fit.patterns, xi)
         tr.k_used[t] = k
         tr.bytes_sent[t] = float(sent.mean())
-        if t == 0:
+        if t == 0 and up is not None:  # round 0 always seeds from an upload
             revealed = [np.concatenate([baselines.sign_patterns(up.centroids[c]),
                                         baselines.sign_patterns(fit.first_round_means[c])])
                         for c in range(L)]
@@ -565,8 +580,7 @@ def _run_fedkmeans(xi: np.ndarray, batches: ClientBatches, gen: np.random.Genera
 
 
 def _run_federation(xi: np.ndarray, specs: list, T: int, seed: int, ctrl: Any, spectral: bool,
-                    batches: ClientBatches, gen: np.random.Generator, p: BaselinesParams,
-                    max_bits: int) -> _Trace:
+                    leak: tuple[float, float]) -> _Trace:
     from fedlam import baselines, federation
 
     t0 = time.perf_counter()
@@ -577,7 +591,7 @@ def _run_federation(xi: np.ndarray, specs: list, T: int, seed: int, ctrl: Any, s
     tr = _Trace(h.magnetization.copy(), h.spurious.copy(), h.k_hat.astype(np.float64),
                 np.full(T, float(baselines.upload_bytes("hebbian", N))))
     tr.wall_time = wall
-    tr.leak_exact, tr.leak_tol = _hebbian_leak(batches, gen, p, max_bits)
+    tr.leak_exact, tr.leak_tol = leak
     return tr
 
 
@@ -646,8 +660,8 @@ class BaselinesResult(JsonResult):
     k_used : dict scenario -> (S, n_methods, T) K̂ of the Hebbian methods, k given to or chosen
         by the clustering methods.
     bytes_sent : dict scenario -> (S, n_methods, T) mean bytes uploaded per client in the round.
-    leak : dict scenario -> (S, n_methods, 2) fraction of an honest client's round-0 examples
-        revealed by its round-0 upload: exactly, and within ``floor(leak_bits N)`` bits.
+    leak : dict scenario -> (S, n_methods, 2) fraction of the first honest client's round-0
+        examples revealed by its round-0 upload: exactly, and within ``floor(leak_bits N)`` bits.
     wall_time : dict scenario -> (S, n_methods) seconds per run (not reproducible; left out of
         :meth:`to_dict` unless asked for).
     leakage : dict from :func:`leakage_curve`.
@@ -695,9 +709,13 @@ def _summarise(p: BaselinesParams, mag: np.ndarray, spur: np.ndarray, kk: np.nda
     return out
 
 
-def run(params: BaselinesParams, rng: Any) -> BaselinesResult:
-    """Run every method on every scenario and seed (and the leakage curve if a clustering
-    method is among ``params.methods``)."""
+def run(params: BaselinesParams, rng: Any, *, leakage: bool = True) -> BaselinesResult:
+    """Run every method on every scenario and seed, and (``leakage=True`` and a clustering
+    method among ``params.methods``) the leakage curve.
+
+    The seeds of scenario s depend only on ``rng`` and ``params.seeds``, so runs over disjoint
+    subsets of the scenarios with the same ``rng`` can be joined by :func:`combine` into the
+    result of one run."""
     if not isinstance(params, BaselinesParams):
         raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
 
@@ -709,7 +727,7 @@ def run(params: BaselinesParams, rng: Any) -> BaselinesResult:
         for s, (seed_xi, seed_fed) in enumerate(seeds):
             xi, specs, T, ctrl = _scenario(p, name, seed_xi)
             K, N = xi.shape
-            max_bits = int(math.floor(p.leak_bits * N))
+            max_bits = math.floor(p.leak_bits * N)
             if s == 0:
                 nm = len(p.methods)
                 arrs = {"mag": np.zeros((p.seeds, nm, T, K)), "best": np.zeros((p.seeds, T, K)),
@@ -717,12 +735,14 @@ def run(params: BaselinesParams, rng: Any) -> BaselinesResult:
                         "bytes": np.zeros((p.seeds, nm, T)), "leak": np.full((p.seeds, nm, 2), np.nan),
                         "wall": np.full((p.seeds, nm), np.nan)}
             batches = client_batches(xi, specs, T, seed_fed)
+            hebb_leak = (float("nan"), float("nan"))
+            if "federated" in p.methods or "spectral" in p.methods:
+                hebb_leak = _hebbian_leak(batches, np.random.default_rng([seed_fed, 0]), p, max_bits)
             for mi, method in enumerate(p.methods):
                 gen = np.random.default_rng([seed_fed, 1 + ALL_METHODS.index(method)])
                 t0 = time.perf_counter()
                 if method in ("federated", "spectral"):
-                    tr = _run_federation(xi, specs, T, seed_fed, ctrl, method == "spectral", batches, gen, p,
-                                         max_bits)
+                    tr = _run_federation(xi, specs, T, seed_fed, ctrl, method == "spectral", hebb_leak)
                 elif method == "local":
                     tr, arrs["best"][s] = _run_local(xi, specs, T, seed_fed, ctrl)
                 elif method == "oracle":
@@ -742,11 +762,49 @@ def run(params: BaselinesParams, rng: Any) -> BaselinesResult:
             out[key][name] = arrs[key]
         out["summary"][name] = _summarise(p, arrs["mag"], arrs["spur"], arrs["k"], arrs["bytes"], arrs["leak"],
                                           arrs["wall"])
-    leakage: dict = {}
-    if any(m in CLUSTERING_METHODS for m in p.methods):
-        leakage = leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seeds[0][1], 99]),
-                                seeds=p.seeds, starts=p.attack_starts, max_bits=int(math.floor(p.leak_bits * p.N)),
+    leak_curve: dict = {}
+    if leakage and any(m in CLUSTERING_METHODS for m in p.methods):
+        leak_curve = leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seeds[0][1], 99]),
+                                seeds=p.seeds, starts=p.attack_starts, max_bits=math.floor(p.leak_bits * p.N),
                                 attack=p.attack)
     return BaselinesResult(params=p, magnetization=out["mag"], local_best=out["best"], spurious=out["spur"],
                            k_used=out["k"], bytes_sent=out["bytes"], leak=out["leak"], wall_time=out["wall"],
-                           leakage=leakage, summary=out["summary"])
+                           leakage=leak_curve, summary=out["summary"])
+
+
+def run_leakage(params: BaselinesParams, rng: Any) -> dict:
+    """The leakage curve of ``run(params, rng)`` alone (same seeds), for a notebook that runs
+    the scenarios in several cells."""
+    if not isinstance(params, BaselinesParams):
+        raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
+    p = params
+    seeds = seed_pairs(as_rng(rng), p.seeds)
+    return leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seeds[0][1], 99]),
+                         seeds=p.seeds, starts=p.attack_starts, max_bits=math.floor(p.leak_bits * p.N),
+                         attack=p.attack)
+
+
+def combine(parts: Any, leakage: dict | None = None) -> BaselinesResult:
+    """Join results of :func:`run` over disjoint scenario subsets (same rng and other parameters)
+    into one result, with the given leakage curve (default: the first non-empty one)."""
+    import dataclasses
+
+    if isinstance(parts, BaselinesResult) or not isinstance(parts, (list, tuple)) or len(parts) == 0:
+        raise TypeError(f"parts must be a non-empty list of BaselinesResult, got {_describe(parts)}")
+    for i, r in enumerate(parts):
+        if not isinstance(r, BaselinesResult):
+            raise TypeError(f"parts[{i}] must be a BaselinesResult, got {_describe(r)}")
+    base = parts[0].params
+    scen: list[str] = []
+    for i, r in enumerate(parts):
+        if dataclasses.replace(r.params, scenarios=base.scenarios) != base:
+            raise ValueError(f"parts[{i}] was run with other parameters than parts[0] (beyond the scenarios)")
+        dup = set(scen) & set(r.params.scenarios)
+        if dup:
+            raise ValueError(f"parts[{i}] repeats scenario(s) {sorted(dup)}")
+        scen.extend(r.params.scenarios)
+    fields = ("magnetization", "local_best", "spurious", "k_used", "bytes_sent", "leak", "wall_time", "summary")
+    merged = {f: {k: v for r in parts for k, v in getattr(r, f).items()} for f in fields}
+    if leakage is None:
+        leakage = next((r.leakage for r in parts if r.leakage), {})
+    return BaselinesResult(params=dataclasses.replace(base, scenarios=tuple(scen)), leakage=leakage, **merged)
