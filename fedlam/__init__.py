@@ -40,6 +40,7 @@ _SUBMODULES = {
     "privacy",
     "participation",
     "flower",
+    "baselines",
 }
 
 _FUNCTIONS = {
