@@ -71,6 +71,9 @@ from fedlam._validation import (
 __all__ = [
     "DEFENSES",
     "DEFAULT_PARAMS",
+    "r_transform",
+    "critical_strength",
+    "additive_spike_outlier",
     "RobustAggregate",
     "SupportResult",
     "check_defense",
@@ -313,6 +316,61 @@ class SupportResult:
         acc = None if self.accepted is None else f"{int(self.accepted.sum())}/{self.accepted.size}"
         return (f"SupportResult(d={self.basis.shape[1]}, supported={self.supported.shape[1]}, "
                 f"certified={self.n_certified.tolist()}, accepted={acc})")
+
+
+# ----------------------------------------------------------------------------------------
+# additive spikes on a free-convolved bulk (the poisoner's fake)
+def _bulk_arrays(components: Sequence[khat.Component], noise_var: float) -> tuple[np.ndarray, np.ndarray, float]:
+    if isinstance(components, khat.Component) or not isinstance(components, Sequence):
+        raise TypeError(f"components must be a list of fedlam.khat.Component, got {_describe(components)}")
+    for i, c in enumerate(components):
+        if not isinstance(c, khat.Component):
+            raise TypeError(f"components[{i}] must be a fedlam.khat.Component, got {_describe(c)}")
+    v = check_in_range(noise_var, "noise_var", 0.0, None)
+    a = np.array([float(c.scale) for c in components])
+    q = np.array([float(c.ratio) for c in components])
+    return a, q, v
+
+
+def r_transform(G: float, components: Sequence[khat.Component], noise_var: float = 0.0) -> tuple[float, float]:
+    """``R(G)`` and ``R'(G)`` of the bulk ``MP_1 ⊞ ... ⊞ MP_L ⊞ SC(noise_var)``.
+
+    ``R(G) = sum_c a_c / (1 - a_c q_c G) + v G`` (free Poisson components and a semicircle),
+    the R-transform whose inverse relation ``x(G) = 1/G + R(G)`` places the bulk edge
+    (:func:`fedlam.khat.free_edge`). Derived in {ref}`sec-robust-spike`.
+    """
+    a, q, v = _bulk_arrays(components, noise_var)
+    G = float(G)
+    den = 1.0 - a * q * G
+    return float(np.sum(a / den) + v * G), float(np.sum(a * a * q / den**2) + v)
+
+
+def critical_strength(components: Sequence[khat.Component], noise_var: float = 0.0) -> float:
+    """Smallest strength ``theta_c = 1 / G*`` of an additive rank-one spike ``theta u u^T`` that
+    leaves the bulk (``G*``: the critical point of ``x(G)`` at the edge). Derived in
+    {ref}`sec-robust-spike`."""
+    a, q, v = _bulk_arrays(components, noise_var)
+    _, Gs, _ = khat._free_edge(a, q, v)
+    return 0.0 if not math.isfinite(Gs) else float(1.0 / Gs)
+
+
+def additive_spike_outlier(theta: float, components: Sequence[khat.Component],
+                           noise_var: float = 0.0) -> tuple[float, float]:
+    """Outlier location and squared eigenvector overlap of ``X + theta u u^T``.
+
+    ``X`` has the bulk of ``components`` and ``noise_var`` and is rotation invariant, ``u`` a
+    fixed unit vector. For ``theta > theta_c`` (:func:`critical_strength`) the outlier is
+    ``z = theta + R(1/theta)`` and ``<v, u>^2 = 1 - R'(1/theta) / theta^2``
+    (Benaych-Georges and Nadakuditi 2011); otherwise the outlier sticks to the edge and the
+    overlap vanishes: ``(edge, 0)``. Derived in {ref}`sec-robust-spike`.
+    """
+    theta = check_in_range(theta, "theta", 0.0, None, low_open=True)
+    a, q, v = _bulk_arrays(components, noise_var)
+    edge, Gs, _ = khat._free_edge(a, q, v)
+    if math.isfinite(Gs) and theta <= 1.0 / Gs:
+        return float(edge), 0.0
+    R, dR = r_transform(1.0 / theta, components, noise_var)
+    return float(theta + R), float(max(0.0, 1.0 - dR / theta**2))
 
 
 # ----------------------------------------------------------------------------------------

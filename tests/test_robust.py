@@ -397,3 +397,43 @@ def test_support_ritz_values_are_rayleigh_quotients():
     pred = w * (pi_hat[1] * r * r + (1 - r * r) / N + pi_hat[0] * r * r * m01 ** 2)
     # relative sd of the class-1 term ~ 2 sqrt((1 - r^2) / (N r^2 M_1)) ~ 0.5 %; allow 3 %
     assert res.ritz[0][0] == pytest.approx(pred, rel=0.03)
+
+
+# ----------------------------------------------------------------------------------------
+# additive spikes (the poisoner's fake) on a free-convolution bulk
+def test_additive_spike_single_mp_closed_form():
+    """One MP component of scale a and ratio q: G* = 1/(a sqrt(q)(1 + sqrt(q))), so
+    theta_c = a sqrt(q)(1 + sqrt(q)); at theta_c the outlier is the edge a (1 + sqrt q)^2."""
+    a, q = 0.3, 0.25
+    comps = [khat.Component(a, q)]
+    tc = robust.critical_strength(comps)
+    assert tc == pytest.approx(a * math.sqrt(q) * (1 + math.sqrt(q)), rel=1e-9)
+    z, ov = robust.additive_spike_outlier(tc * (1 + 1e-9), comps)
+    assert z == pytest.approx(khat.free_edge(comps), rel=1e-6) and ov == pytest.approx(0.0, abs=1e-6)
+    assert robust.additive_spike_outlier(0.5 * tc, comps) == (pytest.approx(khat.free_edge(comps)), 0.0)
+    # semicircle only (noise_var v): R(G) = v G, theta_c = sqrt(v), z = theta + v / theta
+    z, ov = robust.additive_spike_outlier(2.0, [], noise_var=1.0)
+    assert z == pytest.approx(2.5) and ov == pytest.approx(1 - 1 / 4)
+    assert robust.critical_strength([], 1.0) == pytest.approx(1.0)
+
+
+def test_additive_spike_matches_simulation():
+    N, M, s2 = 300, 300, 0.19
+    rng = np.random.default_rng(7)
+    ops = [s2 * operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)) for _ in range(4)]
+    u = fake_of(2, N).astype(float) / math.sqrt(N)
+    comps = [khat.Component(s2 / N / 5, N / M)] * 4
+    theta = 10 * robust.critical_strength(comps)
+    J = sum(ops) / 5 + theta * np.outer(u, u)
+    vals, vecs = np.linalg.eigh(J)
+    z, ov = robust.additive_spike_outlier(theta, comps)
+    assert vals[-1] == pytest.approx(z, rel=0.02) and (vecs[:, -1] @ u) ** 2 == pytest.approx(ov, abs=0.05)
+
+
+def test_r_transform_derivative():
+    comps = [khat.Component(0.2, 0.5), khat.Component(0.05, 2.0)]
+    G, h = 1.3, 1e-6
+    R, dR = robust.r_transform(G, comps, 0.1)
+    assert dR == pytest.approx((robust.r_transform(G + h, comps, 0.1)[0] - robust.r_transform(G - h, comps, 0.1)[0]) / (2 * h), rel=1e-6)
+    with pytest.raises(TypeError, match="components"):
+        robust.r_transform(1.0, khat.Component(0.2, 0.5))
