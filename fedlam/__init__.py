@@ -37,6 +37,8 @@ _SUBMODULES = {
     "widgets",
     "experiments",
     "reproduce",
+    "robust",
+    "attacks",
 }
 
 _FUNCTIONS = {

@@ -1,6 +1,6 @@
 r"""Client behaviours: what a client sends instead of its honest upload.
 
-A behaviour is a small frozen object with one method, :meth:`Behaviour.apply`, that maps what
+A behaviour is a small frozen object with one method, :meth:`fedlam.attacks.Behaviour.apply`, that maps what
 an *honest* client would send this round (an :class:`HonestView`: its upload, its own batch
 operator, the broadcast it received, the round) to the upload it actually sends. The client
 (:class:`fedlam.federation.Client`, ``behaviour=``) computes the honest view and calls it; a
@@ -140,6 +140,7 @@ class Behaviour:
     name: ClassVar[str] = "honest"
 
     def apply(self, view: HonestView) -> Any:  # pragma: no cover - overridden
+        """The upload this client sends, given what an honest client would send (``view``)."""
         raise NotImplementedError
 
     @property
