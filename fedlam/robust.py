@@ -14,11 +14,12 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     Ritz directions whose Rayleigh quotients exceed the upload's *own* bulk edge plus
     ``n_sigma`` Tracy-Widom scales; by Cauchy interlacing each kept direction certifies an
     outlier of ``F_c`` itself, with a false-alarm rate set by the Tracy-Widom tail whatever
-    ``V`` is. The certified projectors are summed (the *support operator*) and the directions
-    of ``V`` with fewer than ``s - slack`` votes are removed from the aggregate before the
-    LAM runs; directions of the server's current memory are kept (they passed when they
-    entered). Derived in {ref}`sec-robust-support`. :func:`support_filter` is the same test
-    for individual patterns.
+    ``V`` is. A direction is *supported* when at least ``s`` clients certify it (a fraction
+    ``>= rho`` of it lies in their certified subspaces); the supported directions are found
+    among the pairwise intersections of the clients' certified subspaces. The other detected
+    directions are removed from the aggregate before the LAM runs; directions of the server's
+    current memory are kept (they passed when they entered). Derived in
+    {ref}`sec-robust-support`. :func:`support_filter` is the same test for individual patterns.
 ``"median"`` / ``"trimmed"``
     Entrywise median / trimmed mean of the uploads (Yin et al. 2018). Their noise bulk is the
     mean's Marchenko-Pastur bulk plus an independent semicircle (for Gaussian entries the
@@ -96,7 +97,7 @@ DEFENSES: tuple[str, ...] = ("support", "median", "trimmed", "krum")
 
 #: Default parameters of each defence (``defense_params`` override them).
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
-    "support": {"s": 2, "n_sigma": 4.0, "rho": 0.9, "slack": 0.5},
+    "support": {"s": 2, "n_sigma": 4.0, "rho": 0.9},
     "median": {},
     "trimmed": {"trim": 0.2},
     "krum": {"f": 1, "m": None},
@@ -121,9 +122,9 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
 
         - ``"support"``: ``s`` (int, ``1 <= s <= L``: clients whose fresh evidence must hold a
           direction), ``n_sigma`` (float >= 0: Tracy-Widom margin of the per-upload test),
-          ``rho`` (float in (0, 1]: the fraction of a pattern that must lie in the supported
-          subspace, :func:`support_filter`), ``slack`` (float in [0, 1): a direction needs
-          ``s - slack`` summed votes);
+          ``rho`` (float in (0, 1]: a client votes for a direction when at least this fraction
+          of it lies in the client's certified subspace; the squared cosine below which a
+          pattern counts as different from an archetype, 0.9 is an overlap of 0.95);
         - ``"trimmed"``: ``trim`` (float in [0, 0.5): fraction cut from each end, as
           :func:`scipy.stats.trim_mean`: ``floor(trim L)`` uploads per side);
         - ``"krum"``: ``f`` (int >= 0: attackers tolerated, needs ``L >= 2 f + 3``), ``m``
@@ -170,7 +171,6 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
         out["s"] = s
         out["n_sigma"] = check_in_range(out["n_sigma"], "defense_params['n_sigma']", 0.0, None)
         out["rho"] = check_in_range(out["rho"], "defense_params['rho']", 0.0, 1.0, low_open=True)
-        out["slack"] = check_in_range(out["slack"], "defense_params['slack']", 0.0, 1.0, high_open=True)
     elif defense == "trimmed":
         out["trim"] = check_in_range(out["trim"], "defense_params['trim']", 0.0, 0.5, high_open=True)
     elif defense == "krum":
@@ -279,8 +279,11 @@ class SupportResult:
         (d, k) orthonormal coordinates (in ``basis``) of the supported subspace.
     unsupported : numpy.ndarray
         (d, d - k) coordinates of its complement in ``basis``.
-    support_values : numpy.ndarray
-        (d,) eigenvalues of the support operator (summed votes), descending.
+    directions : numpy.ndarray
+        (d, n) the candidate directions examined (memory directions, pairwise intersections of
+        the clients' certified subspaces, and for ``s = 1`` every certified direction).
+    direction_votes : numpy.ndarray
+        (n,) int, votes of each candidate direction (memory counts ``s``).
     n_certified : numpy.ndarray
         (L,) int, directions each upload certifies (0 for abstaining uploads).
     thresholds : numpy.ndarray
@@ -288,26 +291,28 @@ class SupportResult:
     ritz : list of numpy.ndarray
         Per upload, its Ritz values in ``basis`` (descending; empty when abstaining).
     votes : numpy.ndarray or None
-        (C, L) fraction ``||P_c y||^2`` of each candidate in each upload's certified subspace
-        (None when no candidates were given).
-    fraction : numpy.ndarray or None
-        (C,) fraction of each candidate (its part in ``basis``) in the supported subspace.
+        (C, L) fraction ``||P_c y||^2`` of each candidate pattern in each upload's certified
+        subspace (None when no candidates were given).
+    counts : numpy.ndarray or None
+        (C,) int, clients voting for each candidate (fraction ``>= rho``), plus ``s`` when the
+        pattern is in the server's memory.
     accepted : numpy.ndarray or None
-        (C,) bool, ``fraction >= rho``.
+        (C,) bool, ``counts >= s``.
     memory_dims : int
-        Directions of ``basis`` kept because they are in the server's memory (the broadcast).
+        Directions of ``basis`` in the server's memory (the broadcast).
     params : dict
     """
 
     basis: np.ndarray
     supported: np.ndarray
     unsupported: np.ndarray
-    support_values: np.ndarray
+    directions: np.ndarray
+    direction_votes: np.ndarray
     n_certified: np.ndarray
     thresholds: np.ndarray
     ritz: list
     votes: np.ndarray | None
-    fraction: np.ndarray | None
+    counts: np.ndarray | None
     accepted: np.ndarray | None
     memory_dims: int
     params: dict
@@ -577,19 +582,17 @@ def _orth(X: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
     return np.ascontiguousarray(U[:, keep])
 
 
-def _memory_projector(Q: np.ndarray, broadcast: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """Projector (in Q coordinates) on the directions of span Q stored in the broadcast.
+def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None) -> np.ndarray:
+    """Orthonormal coordinates (in Q) of the directions of span Q stored in the broadcast.
 
     The broadcast ``xi^T xi / N`` has eigenvalue ~1 on the stored patterns' span and 0 off it;
     directions of ``Q`` with Rayleigh quotient above 1/2 in it are memory."""
     d = Q.shape[1]
     if broadcast is None or d == 0:
-        return np.zeros((d, d)), 0
+        return np.zeros((d, 0))
     H = Q.T @ (broadcast @ Q)
     vals, G = np.linalg.eigh(0.5 * (H + H.T))
-    keep = vals > 0.5
-    Gm = G[:, keep]
-    return Gm @ Gm.T, int(keep.sum())
+    return G[:, vals > 0.5]
 
 
 def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, broadcast: np.ndarray | None,
@@ -638,12 +641,15 @@ def support_test(
        number of eigenvalues of ``F_c`` above its bulk edge plus margin: for any ``Q``
        (chosen by anyone), an upload without outliers certifies nothing except with the
        Tracy-Widom tail probability.
-    3. Support operator ``S = sum_c P_c + s Pi_mem`` (``P_c`` the projector on upload c's
-       certified directions, ``Pi_mem`` on the directions of ``Q`` in the server's memory,
-       which stay). Its eigenvectors with eigenvalue ``>= s - slack`` span the supported
-       subspace.
-    4. A candidate is accepted iff a fraction ``>= rho`` of its part in ``Q`` lies in the
-       supported subspace.
+    3. Votes: client ``c`` votes for a unit direction ``y`` of ``span Q`` when
+       ``||P_c y||^2 >= rho`` (``P_c`` the projector on its certified directions); a direction
+       in the server's memory (the broadcast) gets ``s`` votes (it passed when it entered). The
+       supported subspace is spanned by the directions with at least ``s`` votes, searched
+       among the memory directions and the pairwise intersections of the certified subspaces
+       (principal vectors with squared cosine ``>= rho``; for ``s = 1``, every certified
+       direction): a direction held by ``s >= 2`` clients lies in the intersection of any two
+       of them.
+    4. A candidate pattern is accepted iff it has at least ``s`` votes itself.
 
     Derived in {ref}`sec-robust-support`.
 
@@ -654,7 +660,7 @@ def support_test(
     uploads : sequence of Upload
         The round's uploads (operators and scalars).
     params : dict or None
-        ``s``, ``n_sigma``, ``rho``, ``slack`` (see :func:`check_defense`).
+        ``s``, ``n_sigma``, ``rho`` (see :func:`check_defense`).
     broadcast : numpy.ndarray or None
         The server's last broadcast ``A`` (None in round 0).
     basis : numpy.ndarray or None
@@ -670,7 +676,9 @@ def support_test(
     Rayleigh quotient ``~ m^2 r^2 pi`` in every honest upload holding ``xi`` -- far above their
     edges. If ``xi`` is in ``Q``, the honest certified direction is ``xi`` and ``xi_f`` has
     only the fraction ``m^2`` in it; if ``xi`` is not, the honest direction in ``Q`` *is*
-    ``xi_f``'s and it is certified.
+    ``xi_f``'s and it is certified. An archetype's own certified directions in two clients agree
+    to ``O(M^{-1/2})``; a corrupted copy at overlap ``m`` has squared cosine ``m^2`` with them and
+    gets their votes only if ``m^2 >= rho``.
     """
     ops, N = _check_uploads(uploads)
     _, p = check_defense("support", params, len(ops))
@@ -692,33 +700,68 @@ def support_test(
     return _support_in_basis(Q, candidates if C else None, uploads, ops, broadcast, N, p)
 
 
+def _candidate_directions(P: Sequence[np.ndarray], Gm: np.ndarray, s: int, rho: float, d: int) -> np.ndarray:
+    """Unit directions (columns, Q coordinates) that could have ``s`` votes."""
+    cols = [Gm]
+    if s == 1:
+        cols.extend(Pc for Pc in P if Pc.shape[1])
+    live = [Pc for Pc in P if Pc.shape[1]]
+    for i in range(len(live)):
+        for j in range(i + 1, len(live)):
+            U, sv, Wt = np.linalg.svd(live[i].T @ live[j], full_matrices=False)
+            keep = sv * sv >= rho
+            if keep.any():
+                x = live[i] @ U[:, keep] + live[j] @ Wt.T[:, keep]   # mean of the two principal vectors
+                cols.append(x / np.linalg.norm(x, axis=0, keepdims=True))
+    return np.hstack(cols) if cols else np.zeros((d, 0))
+
+
+def _vote_counts(Y: np.ndarray, P: Sequence[np.ndarray], Gm: np.ndarray, s: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of Y (normalised in-span parts): fractions ``||P_c y||^2`` (n, L) and vote counts."""
+    nrm = np.einsum("ij,ij->j", Y, Y)
+    nrm = np.where(nrm > 0, nrm, 1.0)
+    frac = np.stack([np.einsum("ij,ij->j", Pc.T @ Y, Pc.T @ Y) / nrm for Pc in P], axis=1) \
+        if P else np.zeros((Y.shape[1], 0))
+    mem = np.einsum("ij,ij->j", Gm.T @ Y, Gm.T @ Y) / nrm if Gm.shape[1] else np.zeros(Y.shape[1])
+    counts = np.sum(frac >= rho, axis=1) + s * (mem >= rho)
+    return frac, counts.astype(np.int64)
+
+
 def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Sequence[Any],
                       ops: Sequence[np.ndarray], broadcast: np.ndarray | None, N: int,
                       p: dict) -> SupportResult:
     d = Q.shape[1]
-    s = p["s"]
+    s, rho = p["s"], p["rho"]
     P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"])
-    Pi_mem, n_mem = _memory_projector(Q, broadcast)
-    S = s * Pi_mem
-    for Pc in P:
-        if Pc.shape[1]:
-            S = S + Pc @ Pc.T
-    vals, E = np.linalg.eigh(0.5 * (S + S.T)) if d else (np.empty(0), np.zeros((0, 0)))
-    vals, E = vals[::-1], E[:, ::-1]
-    keep = vals >= s - p["slack"]
-    sup, uns = E[:, keep], E[:, ~keep]
-    votes = frac = acc = None
+    Gm = _memory_basis(Q, broadcast)
+    X = _candidate_directions(P, Gm, s, rho, d)
+    _, dvotes = _vote_counts(X, P, Gm, s, rho)
+    order = np.lexsort((np.arange(dvotes.size), -dvotes))
+    basis: list[np.ndarray] = []
+    for i in order:
+        if dvotes[i] < s:
+            break
+        # span of the kept directions: a direction within squared cosine rho of the span so far is a
+        # copy of one already kept (several pairs find the same archetype); otherwise its residual
+        # is a new direction (e.g. a pattern overlapping an archetype by m, residual 1 - m^2)
+        x = X[:, i] - sum(b * float(b @ X[:, i]) for b in basis) if basis else X[:, i].copy()
+        res2 = float(x @ x)
+        if res2 > 1.0 - rho:
+            basis.append(x / math.sqrt(res2))
+    sup = np.column_stack(basis) if basis else np.zeros((d, 0))
+    if sup.shape[1]:
+        full = np.linalg.svd(np.eye(d) - sup @ sup.T)[0]
+        uns = full[:, : d - sup.shape[1]]
+    else:
+        uns = np.eye(d)
+    votes = counts = acc = None
     if candidates is not None:
         Y = Q.T @ (candidates.T.astype(np.float64) / math.sqrt(N))  # (d, C)
-        nrm = np.einsum("ij,ij->j", Y, Y)
-        nrm = np.where(nrm > 0, nrm, 1.0)
-        votes = np.stack([np.einsum("ij,ij->j", Pc.T @ Y, Pc.T @ Y) / nrm for Pc in P], axis=1)
-        Z = sup.T @ Y
-        frac = np.einsum("ij,ij->j", Z, Z) / nrm
-        acc = frac >= p["rho"]
-    return SupportResult(basis=Q, supported=sup, unsupported=uns, support_values=vals, n_certified=n_cert,
-                         thresholds=thr, ritz=ritz, votes=votes, fraction=frac, accepted=acc,
-                         memory_dims=n_mem, params=dict(p))
+        votes, counts = _vote_counts(Y, P, Gm, s, rho)
+        acc = counts >= s
+    return SupportResult(basis=Q, supported=sup, unsupported=uns, directions=X, direction_votes=dvotes,
+                         n_certified=n_cert, thresholds=thr, ritz=ritz, votes=votes, counts=counts,
+                         accepted=acc, memory_dims=int(Gm.shape[1]), params=dict(p))
 
 
 def support_filter(candidates: np.ndarray, uploads: Sequence[Any], params: Mapping[str, Any] | None = None,
@@ -756,12 +799,12 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
     spec, k = _top_spectrum_for(J, comps, noise_var, p["n_sigma"])
     details: dict = {"k_hat_mean": k, "removed": 0, "floor": float(spec.values[-1])}
     if k == 0:
-        details.update(n_certified=np.zeros(len(ops), dtype=np.int64), support_values=np.empty(0),
+        details.update(n_certified=np.zeros(len(ops), dtype=np.int64), direction_votes=np.empty(0, dtype=np.int64),
                        memory_dims=0)
         return J, spec, details
     V = spec.vectors[:, :k]
     res = _support_in_basis(V, None, uploads, ops, broadcast, N, p)
-    details.update(n_certified=res.n_certified, thresholds=res.thresholds, support_values=res.support_values,
+    details.update(n_certified=res.n_certified, thresholds=res.thresholds, direction_votes=res.direction_votes,
                    memory_dims=res.memory_dims)
     Gu = res.unsupported
     nu = Gu.shape[1]
@@ -827,7 +870,8 @@ def aggregate(
 
         - ``"support"``: ``k_hat_mean`` (spikes of the mean), ``removed`` (directions
           removed), ``removed_values`` (their eigenvalues), ``n_certified`` (per upload),
-          ``thresholds``, ``support_values``, ``memory_dims``;
+          ``thresholds``, ``direction_votes`` (votes of the candidate directions examined),
+          ``memory_dims``;
         - ``"median"``/``"trimmed"``: ``efficiency`` (``e_L``), ``trimmed`` (uploads cut per
           side);
         - ``"krum"``: ``scores``, ``selected``.

@@ -366,7 +366,7 @@ def test_support_targeted_fake_needs_the_archetype_in_the_basis():
     assert np.allclose(ov.max(axis=0), 1.0) and V.shape == (N, 3)
 
 
-def test_support_filter_votes_and_fraction():
+def test_support_filter_votes_and_counts():
     N, M, r = 250, 250, 0.9
     xi = data.random_archetypes(2, N, 10)
     fake = fake_of(4, N)
@@ -377,7 +377,20 @@ def test_support_filter_votes_and_fraction():
     assert res.accepted.tolist() == [True, True, False]
     # a random pattern has squared overlap ~1/N with each archetype direction (K / N = 0.008)
     assert np.all(res.votes[:2, :4] > 0.99) and np.all(res.votes[2, :4] < 0.05) and res.votes[2, 4] > 0.99
-    assert res.fraction[2] < 0.1 and np.all(res.fraction[:2] > 0.99)  # rho = 0.9 separates them
+    assert res.counts.tolist() == [4, 4, 1]
+    # the poisoner's direction was examined and has one vote; the archetypes' have four
+    assert sorted(res.direction_votes.tolist())[-1] == 4
+
+
+def test_support_memory_counts_s_votes():
+    N, M, r = 200, 200, 0.9
+    xi = data.random_archetypes(2, N, 12)
+    A = operators.pattern_operator(xi[:1])            # archetype 0 in memory, nobody holds it now
+    pi = np.tile([0.0, 1.0], (3, 1))
+    ups = honest_uploads(xi, M, r, 3, 12, pi=pi)
+    res = robust.support_test(xi.astype(np.int8), ups, {"s": 3}, broadcast=A,
+                              basis=np.linalg.qr(xi.T.astype(float))[0])
+    assert res.memory_dims == 1 and res.counts.tolist() == [3, 3] and res.accepted.all()
 
 
 def test_support_ritz_values_are_rayleigh_quotients():
