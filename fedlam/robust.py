@@ -737,7 +737,9 @@ def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Seq
     X = _candidate_directions(P, Gm, s, rho, d)
     _, dvotes = _vote_counts(X, P, Gm, s, rho)
     order = np.lexsort((np.arange(dvotes.size), -dvotes))
-    basis: list[np.ndarray] = []
+    # the memory is supported as a whole (every direction in its span has s votes); its basis
+    # vectors are an arbitrary rotation inside that span, so they enter together
+    basis: list[np.ndarray] = [Gm[:, j] for j in range(Gm.shape[1])]
     for i in order:
         if dvotes[i] < s:
             break

@@ -450,3 +450,24 @@ def test_r_transform_derivative():
     assert dR == pytest.approx((robust.r_transform(G + h, comps, 0.1)[0] - robust.r_transform(G - h, comps, 0.1)[0]) / (2 * h), rel=1e-6)
     with pytest.raises(TypeError, match="components"):
         robust.r_transform(1.0, khat.Component(0.2, 0.5))
+
+
+def test_support_keeps_whole_memory_when_clients_hold_part_of_it():
+    """Drift: five patterns in memory, the clients' fresh data hold two of them; the memory's basis
+    is an arbitrary rotation inside its span, and the whole span stays."""
+    N, M, r, w = 300, 300, 0.9, 0.2
+    xi = data.random_archetypes(5, N, 13)
+    A = operators.pattern_operator(xi)
+    pi = np.zeros((5, 5))
+    pi[:, 3:] = 0.5
+    ups = honest_uploads(xi, M, r, 5, 13, pi=pi, weight=w, broadcast=A)
+    ra = robust.aggregate(ups, None, "support", {"s": 2}, broadcast=A)
+    assert ra.details["memory_dims"] == 5 and ra.details["removed"] == 0
+    res = lam.factorize(ra.operator, rng=0, spectrum=ra.spectrum)
+    assert np.all(metrics_magnetization(res.patterns, xi) == 1.0)
+
+
+def metrics_magnetization(patterns, xi):
+    from fedlam import metrics
+
+    return metrics.magnetization(patterns, xi)
