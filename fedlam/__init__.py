@@ -37,6 +37,7 @@ _SUBMODULES = {
     "widgets",
     "experiments",
     "reproduce",
+    "privacy",
     "robust",
     "attacks",
 }

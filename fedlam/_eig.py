@@ -177,3 +177,20 @@ def _top_values_spectrum(X: np.ndarray, k: int, steps: int = 2) -> Spectrum:
                               check_finite=False)[::-1]
     return Spectrum(values=np.ascontiguousarray(w, dtype=np.float64), vectors=np.empty((N, 0)), n=N,
                     trace=float(np.trace(X)), sum_sq=float(np.einsum("ij,ij->", X, X)))
+
+
+def _check_spectrum_of(spec: Spectrum, J: np.ndarray) -> None:
+    """A Spectrum passed with ``J`` must be one of ``J``: same trace and Frobenius norm, and
+    its leading eigenpairs must satisfy ``J v = lambda v`` (O(N^2 k))."""
+    tr = float(np.trace(J))
+    fro = float(np.einsum("ij,ij->", J, J))
+    scale = max(fro, 1e-300)
+    bad = abs(spec.trace - tr) > 1e-8 * (abs(tr) + np.sqrt(scale) * J.shape[0] ** 0.5) or abs(spec.sum_sq - fro) > 1e-8 * scale
+    if not bad and spec.vectors.shape[1]:
+        k = min(spec.vectors.shape[1], 8)
+        V = spec.vectors[:, :k]
+        resid = np.linalg.norm(J @ V - V * spec.values[:k], axis=0)
+        bad = bool(np.any(resid > 1e-6 * np.sqrt(scale)))
+    if bad:
+        raise ValueError("spectrum must be a spectrum of J (its trace, Frobenius norm or eigenpairs "
+                         "do not match this operator)")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedlam._eig import Spectrum, _eig_full
+from fedlam._eig import Spectrum, _check_spectrum_of, _eig_full
 from fedlam._validation import check_in_range, check_operator, check_positive_int, check_real
 
 __all__ = ["ZERO_RTOL", "dream_eigenvalues", "dream", "dream_literal"]
@@ -133,6 +133,7 @@ def dream(J: np.ndarray, t: float, steps: int | None = None, spectrum: Spectrum 
                 f"spectrum must be the complete spectrum of J (N = {J.shape[0]}), got "
                 f"{len(spectrum)} of N = {spectrum.n} eigenpairs"
             )
+        _check_spectrum_of(spectrum, J)
         spec = spectrum
     f = dream_eigenvalues(spec.values, t, steps)
     V = spec.vectors
@@ -160,9 +161,17 @@ def dream_literal(J: np.ndarray, eps: float, steps: int) -> np.ndarray:
     eps = check_in_range(eps, "eps", 0.0, None, low_open=True)
     n = check_positive_int(steps, "steps")
     X = np.array(J, dtype=np.float64, copy=True)
-    for k in range(n):
-        e = eps / (1.0 + eps * k)
-        X = (1.0 + e) * X - e * (X @ X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(n):
+            e = eps / (1.0 + eps * k)
+            X = (1.0 + e) * X - e * (X @ X)
+            if not np.all(np.isfinite(X)):
+                bound = 1.0 / ((1.0 + math.sqrt(max(float(np.trace(J)) / J.shape[0], 0.0))) ** 2 - 1.0) \
+                    if np.trace(J) > 0 else math.inf
+                raise ValueError(
+                    f"eps = {eps!r} is too large: the iteration diverged at step {k + 1} (an eigenvalue "
+                    f"above 1 + 1/eps grows without bound); the paper asks eps < {bound:.4g}"
+                )
     return 0.5 * (X + X.T)
 
 

@@ -1,4 +1,4 @@
-r"""The federation: clients that keep their examples, a server, and the round loop.
+r"""The federation: clients that keep their data, a server, and the round loop.
 
 The round structure follows the paper (Section "Main model architecture" and
 Algorithm ``Fede_algo``) exactly. Derived in {ref}`sec-protocol`.
@@ -13,6 +13,13 @@ Algorithm ``Fede_algo``) exactly. Derived in {ref}`sec-protocol`.
   ``Ĵ_s^(t) = xî^T xî / N`` (:func:`fedlam.operators.pattern_operator`; the zero matrix when
   nothing is accepted).
 
+The client side knows only its :class:`fedlam.protocol.DataSource` (a simulation's
+:class:`~fedlam.protocol.SyntheticSource`, or a site's own examples,
+:class:`~fedlam.protocol.ArraySource`) and sends a :class:`fedlam.protocol.Upload` (operator
+plus scalars); the server sees only uploads (:meth:`Server.round`). The archetypes of a
+simulation live in its sources and in the metrics of :func:`run_federation`. The Flower app
+runs the same :class:`Client` and :class:`Server`.
+
 Client kinds (:class:`ClientSpec`): ``"honest"``; ``"noise"`` -- the paper's attacker, a
 client following the protocol whose examples are uniform +-1 (r = 0); ``"poison"`` --
 uploads ``pattern_operator`` of a fake +-1 pattern it holds, every round, ignoring the
@@ -25,9 +32,10 @@ with weight 0; K̂ = 0 broadcasts the zero operator, which every controller hand
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -39,34 +47,57 @@ from ._validation import (
     check_choice,
     check_in_range,
     check_nonneg_int,
+    check_operator,
     check_pm1,
     check_positive_int,
     check_prob_vector,
     check_quality,
 )
+from .protocol import DataSource, SyntheticSource, Upload
 
-__all__ = ["CLIENT_KINDS", "ClientSpec", "Client", "Server", "History", "run_federation"]
+__all__ = ["CLIENT_KINDS", "K_RULES", "ClientSpec", "Client", "Server", "RoundResult", "History",
+           "PrivacyMechanism", "run_federation"]
 
 CLIENT_KINDS = ("honest", "noise", "poison", "flip")
+#: K-hat rules of the server: per-client scalars (default), a fit of every upload's bulk
+K_RULES = ("scalars", "fit")
+#: largest number of rounds run_federation accepts (refused before any work)
+MAX_ROUNDS = 100_000
+
+
+class PrivacyMechanism(Protocol):
+    """What a client applies to its operator before sending it (see :mod:`fedlam.privacy`).
+
+    ``apply(operator, batch_size, rng)`` returns the noised symmetric operator and the entry
+    standard deviation of the Gaussian noise added (reported in the upload, so that the
+    server's K-hat edge accounts for it).
+    """
+
+    def apply(self, operator: np.ndarray, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        ...
 
 
 @dataclass(frozen=True)
 class ClientSpec:
-    """What one client sees and how it behaves.
+    """What one client sees and how it behaves (a simulation's description of a client).
 
     Attributes
     ----------
     r : float or None
-        Channel quality in (0, 1] of its examples (honest / flip; required for them). It is
-        also the "known r" the controller may use; for a noise client it is only that
-        (None: the client estimates it).
+        Channel quality in (0, 1] of its examples (honest / flip; required for them unless a
+        ``source`` is given). It is also the "known r" the controller may use; for a noise
+        client it is only that (None: the client estimates it).
     M : int or numpy.ndarray
         Batch size per round: an int, or a (T,) int array (0 = empty batch).
     mixture : numpy.ndarray or None
         (T, K) class mixture of this client (its row of a (T, L, K) schedule); required
-        for honest / flip clients, ignored otherwise.
+        for honest / flip clients without a ``source``, ignored otherwise.
     kind : {"honest", "noise", "poison", "flip"}
         Behaviour (see the module notes).
+    source : DataSource or None
+        The client's own data (e.g. :class:`fedlam.protocol.ArraySource` of a site's
+        examples); None: a :class:`~fedlam.protocol.SyntheticSource` built from the
+        archetypes, ``r``, ``M`` and ``mixture``.
 
     Derived in {ref}`sec-protocol`.
     """
@@ -75,12 +106,20 @@ class ClientSpec:
     M: int | np.ndarray = 300
     mixture: np.ndarray | None = None
     kind: str = "honest"
+    source: Any = None
 
     def __post_init__(self) -> None:
         check_choice(self.kind, "kind", CLIENT_KINDS)
         if self.r is not None:
             check_quality(self.r)
-        elif self.kind in ("honest", "flip"):
+        if self.source is not None:
+            if not isinstance(self.source, DataSource):
+                raise TypeError(f"source must be a fedlam.protocol.DataSource (N and batch(t, rng)), "
+                                f"got {_describe(self.source)}")
+            if self.kind not in ("honest", "flip"):
+                raise ValueError(f"source is only used by honest / flip clients, got kind={self.kind!r}")
+            return
+        if self.r is None and self.kind in ("honest", "flip"):
             raise ValueError(f"r is required for a {self.kind!r} client, got None")
         if self.kind in ("honest", "flip") and self.mixture is None:
             raise ValueError(f"mixture (T, K) is required for a {self.kind!r} client, got None")
@@ -96,8 +135,8 @@ class ClientSpec:
         return np.full(T, check_nonneg_int(self.M, "M"), dtype=np.int64)
 
     def checked_mixture(self, T: int, K: int) -> np.ndarray | None:
-        """The (T, K) mixture after validation (None for noise / poison clients)."""
-        if self.kind in ("noise", "poison"):
+        """The (T, K) mixture after validation (None for noise / poison clients or a given source)."""
+        if self.kind in ("noise", "poison") or self.source is not None:
             return None
         mix = self.mixture
         if not isinstance(mix, np.ndarray) or mix.shape != (T, K):
@@ -106,46 +145,80 @@ class ClientSpec:
             check_prob_vector(mix[t], f"mixture[{t}]", size=K)
         return mix.astype(np.float64)
 
+    def make_source(self, archetypes: np.ndarray, T: int) -> DataSource | None:
+        """The client's data source (None for a poisoner, which holds no data)."""
+        if self.kind == "poison":
+            return None
+        if self.source is not None:
+            if self.source.N != archetypes.shape[1]:
+                raise ValueError(f"source must have N = {archetypes.shape[1]}, got N = {self.source.N}")
+            return self.source
+        sizes = self.batch_sizes(T)
+        if self.kind == "noise":
+            return SyntheticSource(archetypes, sizes, kind="noise")
+        return SyntheticSource(archetypes, sizes, r=self.r, mixture=self.checked_mixture(T, archetypes.shape[0]))
+
 
 class Client:
     """One federated client. Its examples never leave it.
 
     The examples, labels and generator are private (name-mangled attributes). Public
-    surface: :meth:`observe` (draw the round's batch), :meth:`upload` (the operator sent to
-    the server and the weight used), :attr:`batch_size`, and, for metrics only,
-    :meth:`label_counts`. Derived in {ref}`sec-protocol`.
+    surface: :meth:`observe` (draw the round's batch), :meth:`upload` (the
+    :class:`~fedlam.protocol.Upload` sent to the server), :attr:`batch_size`, and, for
+    metrics only, :meth:`label_counts`. Derived in {ref}`sec-protocol`.
 
     Parameters
     ----------
-    spec : ClientSpec
-    archetypes : numpy.ndarray
-        (K, N) +-1; the client's data source (the world, not knowledge of the client).
-    T : int
-        Number of rounds.
+    source : DataSource or None
+        Where its examples come from (None only for ``kind="poison"``).
     controller : fedlam.controller.WeightController
         Its plasticity controller (ignored by poison clients).
     rng : numpy.random.Generator or int
+    kind : {"honest", "noise", "poison", "flip"}
+        Behaviour (``"noise"`` behaves honestly; its source draws uniform examples).
+    r : float or None
+        The quality the client believes its data have (used for its reported bulk variance
+        ``1 - r^2``); None: estimated from its own operator
+        (:func:`fedlam.khat.client_noise_var`).
+    privacy : PrivacyMechanism or None
+        Noise added to the client's fresh operator ``B`` before anything else is computed
+        from it (weight, blend, reported scalars), so that the whole upload is covered by the
+        mechanism's guarantee; the reported bulk variance is then ``1 - r^2`` for a declared
+        ``r`` and None otherwise (never estimated from the raw examples).
+    N : int or None
+        Dimension (needed only for a poisoner, which has no source).
     """
 
-    def __init__(self, spec: ClientSpec, archetypes: np.ndarray, T: int,
-                 controller: ctl.WeightController, rng: np.random.Generator | int) -> None:
-        if not isinstance(spec, ClientSpec):
-            raise TypeError(f"spec must be a ClientSpec, got {_describe(spec)}")
+    def __init__(self, source: DataSource | None, controller: ctl.WeightController,
+                 rng: np.random.Generator | int, *, kind: str = "honest", r: float | None = None,
+                 privacy: PrivacyMechanism | None = None, N: int | None = None) -> None:
+        kind = check_choice(kind, "kind", CLIENT_KINDS)
         if not isinstance(controller, ctl.WeightController):
             raise TypeError(f"controller must be a WeightController, got {_describe(controller)}")
-        check_pm1(archetypes, "archetypes", ndim=2)
-        self.kind = spec.kind
+        if source is None:
+            if kind != "poison":
+                raise ValueError(f"source is required for a {kind!r} client, got None")
+            if N is None:
+                raise ValueError("N is required for a poison client (it has no source)")
+            self.N = check_positive_int(N, "N", minimum=2)
+        else:
+            if not isinstance(source, DataSource):
+                raise TypeError(f"source must be a fedlam.protocol.DataSource, got {_describe(source)}")
+            self.N = int(source.N)
+        if r is not None:
+            check_quality(r)
+        if privacy is not None and not callable(getattr(privacy, "apply", None)):
+            raise TypeError(f"privacy must have an apply(operator, batch_size, rng) method, got {_describe(privacy)}")
+        self.kind = kind
         self.controller = controller
-        self.K, self.N = archetypes.shape
-        self.__archetypes = archetypes
-        self.__r = spec.r
-        self.__sizes = spec.batch_sizes(T)
-        self.__mixture = spec.checked_mixture(T, self.K)
+        self.__source = source
+        self.__r = r
+        self.__privacy = privacy
         self.__rng = as_rng(rng)
         self.__examples = np.empty((0, self.N), dtype=np.int8)
-        self.__labels = np.empty(0, dtype=np.int64)
+        self.__labels: np.ndarray | None = None
         self.__fake = None
-        if self.kind == "poison":
+        if kind == "poison":
             self.__fake = self.__rng.choice(np.array([-1, 1], dtype=np.int8), size=(1, self.N))
 
     @property
@@ -155,23 +228,30 @@ class Client:
 
     def observe(self, t: int) -> None:
         """Draw the private batch of round ``t``."""
-        M = int(self.__sizes[t])
-        if self.kind in ("honest", "flip"):
-            self.__examples, self.__labels = data.sample_examples(
-                self.__archetypes, M, self.__r, self.__mixture[t], self.__rng)
-        elif self.kind == "noise":
-            self.__examples = self.__rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, self.N))
-            self.__labels = np.empty(0, dtype=np.int64)
-        else:  # poison: holds no examples
+        if self.__source is None:  # poison: holds no examples
             self.__examples = np.empty((0, self.N), dtype=np.int8)
-            self.__labels = np.empty(0, dtype=np.int64)
+            self.__labels = None
+            return
+        X, y = self.__source.batch(t, self.__rng)
+        check_pm1(X, "source batch", ndim=2, allow_empty=True)
+        if X.shape[1] != self.N:
+            raise ValueError(f"source batch must have N = {self.N} columns, got shape {X.shape}")
+        self.__examples = np.ascontiguousarray(X, dtype=np.int8)
+        self.__labels = y
 
-    def label_counts(self) -> np.ndarray:
-        """(K,) archetype counts of the current batch (metrics only; zeros for noise/poison)."""
-        return np.bincount(self.__labels, minlength=self.K).astype(np.int64)
+    def label_counts(self, K: int) -> np.ndarray:
+        """(K,) archetype counts of the current batch (metrics only; zeros without labels)."""
+        if self.__labels is None or self.kind not in ("honest", "flip"):
+            return np.zeros(K, dtype=np.int64)
+        return np.bincount(self.__labels, minlength=K).astype(np.int64)
 
-    def upload(self, broadcast: np.ndarray | None) -> tuple[np.ndarray, float]:
-        """The operator sent to the server and the weight used.
+    def _noise_var(self) -> float | None:
+        if self.__r is not None:
+            return 1.0 - self.__r ** 2
+        return khat.client_noise_var(self.__examples)
+
+    def upload(self, broadcast: np.ndarray | None) -> Upload:
+        """The upload of this round.
 
         Parameters
         ----------
@@ -182,34 +262,75 @@ class Client:
 
         Returns
         -------
-        (operator, w) : (numpy.ndarray, float)
-            ``w`` is NaN for a poison client (it does not blend).
+        Upload
+            ``weight`` is NaN for a poison client (it does not blend).
         """
         if self.kind == "poison":
-            return operators.pattern_operator(self.__fake), float("nan")
+            return Upload(operators.pattern_operator(self.__fake), 0, float("nan"))
         M = self.batch_size
         B = operators.hebbian(self.__examples) if M > 0 else None
+        sigma = 0.0
+        if self.__privacy is not None and B is not None:
+            # noise first: the weight, the blend and every scalar sent are then functions of
+            # the noised operator and public quantities only (post-processing), so the
+            # (epsilon, delta) guarantee covers the whole upload (chapter 11)
+            B, sigma = self.__privacy.apply(B, M, self.__rng)
+            s2 = None if self.__r is None else 1.0 - self.__r ** 2
+        else:
+            s2 = self._noise_var() if B is not None else None
         if broadcast is None:  # round 0
             op, w = (B, 1.0) if B is not None else (np.zeros((self.N, self.N)), 0.0)
         else:
             spec = None
             if B is not None and self.controller.needs_spectrum:
-                spec = ctl.local_spectrum(self.__examples)
-            w = self.controller.update(broadcast, B, M, spec)
-            op = operators.blend(B, broadcast, w) if B is not None else broadcast.copy()
-        return (-op if self.kind == "flip" else op), w
+                spec = (ctl.local_spectrum(self.__examples) if self.__privacy is None
+                        else ctl.local_spectrum(B=B, M=M))
+            w = float(self.controller.update(broadcast, B, M, spec))
+            op = operators._blend(B, broadcast, w) if B is not None else broadcast.copy()
+        if self.kind == "flip":
+            op = -op
+        # the noise in the upload is w times the noise added to B
+        return Upload(op, M, w, s2, float(w * sigma))
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What the server computed in one round.
+
+    Attributes
+    ----------
+    aggregate : numpy.ndarray
+        The aggregate ``J_s`` it factorized.
+    result : fedlam.lam.FactorizeResult
+    patterns : numpy.ndarray
+        int8 (K', N) patterns it broadcasts.
+    broadcast : numpy.ndarray
+        ``patterns^T patterns / N`` (zero for K' = 0).
+    weights : numpy.ndarray or None
+        Aggregation weights used (None: equal).
+    """
+
+    aggregate: np.ndarray
+    result: Any
+    patterns: np.ndarray
+    broadcast: np.ndarray
+    weights: np.ndarray | None
 
 
 class Server:
     """The server: aggregates uploads, factorizes, broadcasts. Derived in {ref}`sec-protocol`.
 
-    K-hat of the aggregate: with more than one client the uploads have different noise
-    levels (an honest client at r = 0.9 has bulk variance 0.19, a noise client 1, a client
-    that uploads the broadcast none), so the bulk of the mean is the free convolution of
-    their bulks, whose edge lies above the Marchenko-Pastur edge fitted to the mean; the
-    server therefore uses ``k_method="free"`` (:func:`fedlam.spectral.k_hat_free`) on the
-    received operators unless ``lam_params`` sets ``k_method`` explicitly (e.g. ``"mp"``,
-    the single-MP rule, which over-counts such mixtures). Derived in {ref}`sec-bbp-threshold`.
+    K-hat of the aggregate: the uploads have different noise levels (an honest client at
+    r = 0.9 has bulk variance 0.19, a noise client 1, a client that uploads the broadcast
+    none) and sizes (a phone's 5 examples, a hospital's 500), so the bulk of the mean is the
+    free convolution of their bulks. With ``k_rule="scalars"`` (default) its components come
+    from each upload's scalars (:func:`fedlam.khat.components_from_uploads`: batch size, blend
+    weight, bulk variance, privacy noise) -- ``O(L)`` work and valid for uploads of any size
+    and under secure aggregation; ``k_rule="fit"`` fits every upload's bulk from its own top
+    eigenvalues (one partial eigendecomposition per upload; it fails for uploads of a few
+    examples, which have no bulk to fit). ``lam_params={"k_method": ...}`` overrides both with
+    a single-operator rule on the aggregate (e.g. ``"mp"``, which over-counts mixtures of
+    noise levels). Derived in {ref}`sec-bbp-threshold`.
 
     Parameters
     ----------
@@ -218,11 +339,15 @@ class Server:
         clients' batch sizes this round (equal if all are empty); or a fixed (L,) probability
         vector.
     lam_params : dict, optional
-        Keyword parameters of :func:`fedlam.lam.factorize` (``k_method`` included; when it
-        is absent, ``"free"`` for L > 1 clients and the LAM default ``"mp"`` for one).
+        Keyword parameters of :func:`fedlam.lam.factorize`.
+    k_rule : {"scalars", "fit"}
+    secure : bool
+        Secure aggregation: the server sees only the sum of the uploads and their scalars
+        (``k_rule`` must be ``"scalars"``; a negated upload cannot be recognised).
     """
 
-    def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None) -> None:
+    def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None, *,
+                 k_rule: str = "scalars", secure: bool = False) -> None:
         if isinstance(aggregation, str):
             check_choice(aggregation, "aggregation", ("equal", "batch"))
         elif not isinstance(aggregation, np.ndarray):
@@ -231,8 +356,21 @@ class Server:
             )
         if lam_params is not None and not isinstance(lam_params, dict):
             raise TypeError(f"lam_params must be a dict, got {_describe(lam_params)}")
+        self.k_rule = check_choice(k_rule, "k_rule", K_RULES)
+        if not isinstance(secure, bool):
+            raise TypeError(f"secure must be a bool, got {_describe(secure)}")
+        if secure and self.k_rule != "scalars":
+            raise ValueError(f"secure aggregation needs k_rule='scalars' (no per-upload operators), got {k_rule!r}")
         self.aggregation = aggregation
         self.lam_params = dict(lam_params or {})
+        # validate the LAM options once, here, not inside every round
+        lam._make_params(None, {k: v for k, v in self.lam_params.items()})
+        self.secure = secure
+
+    def __repr__(self) -> str:
+        agg = self.aggregation if isinstance(self.aggregation, str) else "fixed"
+        return (f"Server(aggregation={agg!r}, k_rule={self.k_rule!r}, secure={self.secure}, "
+                f"lam_params={self.lam_params})")
 
     def weights(self, L: int, batch_sizes: np.ndarray | None = None) -> np.ndarray | None:
         """Aggregation weights (L,) of this round; None for the equal mean."""
@@ -242,46 +380,105 @@ class Server:
             return batch_sizes / batch_sizes.sum()
         return None
 
-    def aggregate(self, uploads: Sequence[np.ndarray], batch_sizes: np.ndarray | None = None) -> np.ndarray:
-        """Mean (or weighted mean) of the uploaded operators."""
-        return operators.aggregate(list(uploads), self.weights(len(uploads), batch_sizes))
+    def aggregate(self, uploads: Sequence[Upload], weights: np.ndarray | None = None) -> np.ndarray:
+        """Mean (or weighted mean) of the uploaded operators (checked by :meth:`round`)."""
+        ops = [u.operator for u in uploads]
+        if any(op is None for op in ops):
+            raise ValueError("every upload must carry its operator to be aggregated")
+        return operators._aggregate(ops, weights)
 
-    def k_method(self, L: int) -> str:
-        """K-hat estimator used with L clients: ``lam_params["k_method"]`` if set, else
-        ``"free"`` for L > 1 and the LAM default for L = 1."""
-        if "k_method" in self.lam_params:
-            return self.lam_params["k_method"]
-        return "free" if L > 1 else lam.LAMParams().k_method
-
-    def factorize(self, J: np.ndarray, rng: np.random.Generator,
-                  uploads: Sequence[np.ndarray] | None = None,
+    def factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
                   weights: np.ndarray | None = None, component_k: int = 16) -> Any:
-        """Run :func:`fedlam.lam.factorize` on the aggregate.
+        """Run :func:`fedlam.lam.factorize` on the aggregate with the server's K-hat rule.
 
         Parameters
         ----------
         J : numpy.ndarray
             The aggregate ``sum_c w_c U_c``.
         rng : numpy.random.Generator
-        uploads : sequence of numpy.ndarray, optional
-            The received operators ``U_c``: with ``k_method="free"`` their bulks are fitted
-            (top ``component_k`` eigenvalues each, block Krylov, plus exact traces) and set the
-            edge. Without them J is treated as a single component.
+        uploads : sequence of Upload
+            The round's uploads (operators may be None under secure aggregation).
         weights : numpy.ndarray, optional
-            ``w_c`` (None: equal).
+            Aggregation weights (None: equal).
         component_k : int
-            Leading eigenvalues per upload; take ``>= 2 K_b + 8`` with ``K_b`` the rank of
-            the last broadcast (it is blended into every honest upload).
+            Leading eigenvalues per upload for ``k_rule="fit"``; take ``>= 2 K_b + 8`` with
+            ``K_b`` the rank of the last broadcast (it is blended into every honest upload).
         """
         params = dict(self.lam_params)
-        L = len(uploads) if uploads is not None else 1
-        params["k_method"] = self.k_method(L)
-        if params["k_method"] == "free" and uploads is not None:
-            comps = [khat._fit_operator(U, component_k) for U in uploads]
-            return lam.factorize(J, rng=rng, components=comps,
-                                 component_weights=weights if weights is not None else np.full(L, 1.0 / L),
-                                 **params)
-        return lam.factorize(J, rng=rng, **params)
+        L = len(uploads)
+        if "k_method" in params:
+            return lam.factorize(J, rng=rng, **params)
+        params["k_method"] = "free"
+        if self.k_rule == "fit":
+            comps = [khat._fit_operator(u.operator, component_k) for u in uploads]
+            om = weights if weights is not None else np.full(L, 1.0 / L)
+            sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads)))
+            return lam.factorize(J, rng=rng, components=comps, component_weights=om, noise_sigma=sig, **params)
+        comps, noise_var = khat.components_from_uploads(uploads, weights, N=J.shape[0])
+        if not comps:  # no upload has a bulk (e.g. every client at w = 0): a bulk-free component
+            comps = [khat.Component(0.0, 1.0)]
+        return lam.factorize(J, rng=rng, components=comps, noise_sigma=math.sqrt(noise_var / J.shape[0]),
+                             **params)
+
+    def round(self, uploads: Sequence[Upload], rng: np.random.Generator,
+              broadcast_rank: int = 0, aggregate: np.ndarray | None = None) -> RoundResult:
+        """One server step: aggregate, factorize, broadcast.
+
+        Parameters
+        ----------
+        uploads : sequence of Upload
+            This round's uploads (at least one).
+        rng : numpy.random.Generator
+        broadcast_rank : int
+            Rank of the previous broadcast (sizes the per-upload fits of ``k_rule="fit"``).
+        aggregate : numpy.ndarray or None
+            The weighted sum of the operators, already accumulated as the uploads arrived
+            (:meth:`accumulate`; the uploads may then carry no operator). Only with
+            ``k_rule="scalars"``: nothing else needs the individual operators.
+        """
+        if isinstance(uploads, Upload) or not isinstance(uploads, Sequence) or len(uploads) == 0:
+            raise TypeError(f"uploads must be a non-empty list of Upload, got {_describe(uploads)}")
+        for c, u in enumerate(uploads):
+            if not isinstance(u, Upload):
+                raise TypeError(f"uploads[{c}] must be a fedlam.protocol.Upload, got {_describe(u)}")
+        sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
+        weights = self.weights(len(uploads), sizes)
+        if aggregate is None:
+            N = None
+            for c, u in enumerate(uploads):
+                # the entry point of the server: every received operator is checked once, here
+                check_operator(u.operator, f"uploads[{c}].operator")
+                if N is None:
+                    N = u.operator.shape[0]
+                elif u.operator.shape[0] != N:
+                    raise ValueError(f"uploads[{c}].operator must be ({N}, {N}) like uploads[0], got {u.operator.shape}")
+            J = self.aggregate(uploads, weights)
+        else:
+            if self.k_rule != "scalars":
+                raise ValueError(f"a pre-summed aggregate needs k_rule='scalars', got {self.k_rule!r}")
+            J = check_operator(aggregate, "aggregate")
+        seen = [u.without_operator() if (self.secure or u.operator is None) else u for u in uploads]
+        result = self.factorize(J, rng, seen, weights, component_k=max(16, 2 * broadcast_rank + 8))
+        patterns = np.asarray(result.patterns, dtype=np.int8)
+        return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
+
+    def accumulate(self, total: np.ndarray | None, upload: Upload, weight: float) -> np.ndarray:
+        """Add ``weight * upload.operator`` to a running sum (checked on arrival).
+
+        With this the server never holds more than one received operator at a time: the
+        memory of a round does not grow with the number of clients (1000 uploads at N = 784
+        would be 4.9 GB). Returns the new sum.
+        """
+        if not isinstance(upload, Upload):
+            raise TypeError(f"upload must be a fedlam.protocol.Upload, got {_describe(upload)}")
+        op = check_operator(upload.operator, "upload.operator")
+        if total is None:
+            return np.multiply(op, float(weight), dtype=np.float64)
+        if op.shape != total.shape:
+            raise ValueError(f"upload.operator must have shape {total.shape}, got {op.shape}")
+        if weight != 0.0:
+            total += float(weight) * op
+        return total
 
     @staticmethod
     def broadcast(patterns: np.ndarray) -> np.ndarray:
@@ -394,24 +591,23 @@ class _Recorder:
             self.per_client["r_used"][t, c] = last.r_used
             self.per_client["novelty"][t, c] = last.details.get("novelty", np.nan)
 
-    def server(self, t: int, result: Any, J_s: np.ndarray, broadcast: np.ndarray,
-               clients: Sequence[Client]) -> None:
+    def server(self, t: int, rr: RoundResult, clients: Sequence[Client]) -> None:
         xi = self.archetypes
         K = xi.shape[0]
-        pats = np.asarray(result.patterns, dtype=np.int8)
+        pats = rr.patterns
         self.patterns.append(pats)
-        self.k_hat[t] = int(result.k_hat)
+        self.k_hat[t] = int(rr.result.k_hat)
         self.n_patterns[t] = pats.shape[0]
         self.magnetization[t] = metrics.magnetization(pats, xi)
         self.magnetization_max[t] = metrics.magnetization_max(pats, xi)
         self.spurious[t] = metrics.spurious_count(pats, xi)
-        vals = _server_values(result, J_s)
+        vals = _server_values(rr.result, rr.aggregate)
         self.top[t, : min(self.n_top, vals.size)] = vals[: self.n_top]
         if 0 < self.k_hat[t] < vals.size:
             self.gap[t] = spectral.spectral_gap(vals, int(self.k_hat[t]))
-        self.fro[t] = metrics.frobenius_error(broadcast, self.J_star)
+        self.fro[t] = metrics.frobenius_error(rr.broadcast, self.J_star)
         # exposure over the clients whose examples come from archetypes (label counts only)
-        labels = [np.repeat(np.arange(K), cl.label_counts()) for cl in clients
+        labels = [np.repeat(np.arange(K), cl.label_counts(K)) for cl in clients
                   if cl.kind in ("honest", "flip")]
         self.exposure[t] = data.exposure(labels, K) if labels else np.zeros(K)
 
@@ -444,6 +640,9 @@ def run_federation(
     n_top: int = 10,
     control_round0: bool = False,
     reconstruct: Callable[[Any], np.ndarray] | None = None,
+    k_rule: str = "scalars",
+    secure: bool = False,
+    privacy: PrivacyMechanism | None = None,
 ) -> History:
     """Run T rounds of the federated protocol and record everything per round.
 
@@ -470,9 +669,10 @@ def run_federation(
     controller_params : dict, optional
         Extra controller options (``w_floor``, ``r_min``, ``tw_quantile``).
     lam_params : dict, optional
-        Options of :func:`fedlam.lam.factorize`. Without ``k_method`` the server uses
-        ``"free"`` (heterogeneity-aware edge over the uploads, :class:`Server`) when L > 1;
-        ``{"k_method": "mp"}`` restores the single Marchenko-Pastur rule.
+        Options of :func:`fedlam.lam.factorize` (validated before round 0). Without
+        ``k_method`` the server counts against the free-convolution edge of the uploads'
+        bulks (``k_rule``, :class:`Server`); ``{"k_method": "mp"}`` restores the single
+        Marchenko-Pastur rule on the aggregate.
     aggregation : {"equal", "batch"} or numpy.ndarray
         Server aggregation (see :class:`Server`).
     n_top : int
@@ -487,7 +687,14 @@ def run_federation(
         the round's :class:`fedlam.lam.FactorizeResult` (spectrum, K-hat, detected
         eigenvectors) and returns the (K', N) +-1 patterns to broadcast. Everything else
         (clients, streams, aggregation, K-hat) is unchanged, so a comparison isolates the
-        reconstruction step. Default: the LAM's accepted patterns.
+        reconstruction step. Default: the factorization's accepted patterns.
+    k_rule : {"scalars", "fit"}
+        The server's K-hat edge (see :class:`Server`).
+    secure : bool
+        Secure aggregation: the server sees only the sum of the uploads and their scalars.
+    privacy : PrivacyMechanism or None
+        Applied by every client to every upload (e.g. the Gaussian mechanism of
+        :mod:`fedlam.privacy`); the server's K-hat edge accounts for the reported noise.
 
     Returns
     -------
@@ -499,6 +706,10 @@ def run_federation(
         raise ValueError(f"archetypes must have N >= 2 columns, got shape {archetypes.shape}")
     T = check_positive_int(T, "T")
     n_top = check_positive_int(n_top, "n_top")
+    if n_top > N:
+        raise ValueError(f"n_top must be <= N = {N}, got {n_top}")
+    if T > MAX_ROUNDS:
+        raise ValueError(f"T must be <= {MAX_ROUNDS}, got {T}")
     if isinstance(specs, ClientSpec) or not isinstance(specs, Sequence) or len(specs) == 0:
         raise TypeError(f"specs must be a non-empty list of ClientSpec, got {_describe(specs)}")
     for c, s in enumerate(specs):
@@ -516,48 +727,63 @@ def run_federation(
         raise TypeError(f"reconstruct must be callable or None, got {_describe(reconstruct)}")
     if controller_params is not None and not isinstance(controller_params, dict):
         raise TypeError(f"controller_params must be a dict, got {_describe(controller_params)}")
+    if controller_params and isinstance(controller, numbers.Real):
+        raise ValueError(f"controller_params must be empty for a constant controller ({controller!r}), "
+                         f"got {sorted(controller_params)}")
+    if privacy is not None and not callable(getattr(privacy, "apply", None)):
+        raise TypeError(f"privacy must have an apply(operator, batch_size, rng) method, got {_describe(privacy)}")
     gen = as_rng(rng)
     L = len(specs)
     streams = gen.spawn(L + 1)
     cp = dict(controller_params or {})
+    server = Server(aggregation, lam_params, k_rule=k_rule, secure=secure)
+    if isinstance(aggregation, np.ndarray):
+        check_prob_vector(aggregation, "aggregation", size=L)
     clients = [
-        Client(s, archetypes, T,
+        Client(s.make_source(archetypes, T),
                ctl.make_controller(controller, r=s.r if known_r else None, alpha=ema_alpha,
                                    w_init=w_init, **({} if isinstance(controller, numbers.Real) else cp)),
-               streams[c])
+               streams[c], kind=s.kind, r=s.r if known_r and s.kind != "noise" else None,
+               privacy=privacy, N=N)
         for c, s in enumerate(specs)
     ]
-    server = Server(aggregation, lam_params)
     rec = _Recorder(archetypes, T, L, n_top)
 
     # round 0: no feedback (None), or an empty memory the controllers can judge against
     broadcast = np.zeros((N, N)) if control_round0 else None
     k_broadcast = 0
+    stream = server.k_rule == "scalars"  # sum the uploads as they arrive: O(N^2) memory
     for t in range(T):
-        uploads = []
-        for c, client in enumerate(clients):
+        for client in clients:
             client.observe(t)
-            op, w = client.upload(broadcast)
-            uploads.append(op)
-            rec.client(t, c, client, w, controlled=broadcast is not None)
         sizes = np.array([cl.batch_size for cl in clients], dtype=np.float64)
-        weights = server.weights(L, sizes)
-        J_s = operators.aggregate(uploads, weights)
-        result = server.factorize(J_s, streams[L], uploads, weights,
-                                  component_k=max(16, 2 * k_broadcast + 8))
-        patterns = np.asarray(result.patterns if reconstruct is None else reconstruct(result),
-                              dtype=np.int8)
+        om = server.weights(L, sizes)
+        uploads = []
+        total = None
+        for c, client in enumerate(clients):
+            up = client.upload(broadcast)
+            rec.client(t, c, client, up.weight, controlled=broadcast is not None)
+            if stream:
+                total = server.accumulate(total, up, 1.0 / L if om is None else float(om[c]))
+                up = up.without_operator()
+            uploads.append(up)
+        rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total)
         if reconstruct is not None:
+            patterns = reconstruct(rr.result)
+            if not isinstance(patterns, np.ndarray):
+                raise TypeError(f"reconstruct(result) must return a numpy array, got {_describe(patterns)}")
             check_pm1(patterns, "reconstruct(result)", ndim=2, allow_empty=True)
             if patterns.shape[1:] != (N,):
                 raise ValueError(f"reconstruct(result) must return (K', {N}) patterns, got shape {patterns.shape}")
-        k_broadcast = patterns.shape[0]
-        broadcast = server.broadcast(patterns)
-        rec.server(t, result, J_s, broadcast, clients)
+            patterns = patterns.astype(np.int8)
+            rr = RoundResult(rr.aggregate, rr.result, patterns, server.broadcast(patterns), rr.weights)
+        k_broadcast = rr.patterns.shape[0]
+        broadcast = rr.broadcast
+        rec.server(t, rr, clients)
 
     params = {"ema_alpha": ema_alpha, "w_init": w_init, "known_r": known_r,
               "controller_params": cp, "lam_params": dict(lam_params or {}),
-              "k_method": server.k_method(L),
+              "k_rule": k_rule, "secure": secure, "privacy": privacy is not None,
               "aggregation": aggregation if isinstance(aggregation, str) else "fixed",
               "control_round0": control_round0, "N": N, "K": K, "L": L, "T": T}
     return rec.history(tuple(s.kind for s in specs), str(controller), params)

@@ -50,6 +50,7 @@ from fedlam._validation import (
     check_choice,
     check_in_range,
     check_operator,
+    check_pm1,
     check_positive_int,
     check_real,
 )
@@ -71,6 +72,8 @@ __all__ = [
     "k_hat_components",
     "components_from_uploads",
     "client_noise_var",
+    "pm1_ratio",
+    "outlier_overlaps",
     "BulkComponent",
     "fit_component",
     "k_hat_free",
@@ -183,6 +186,7 @@ def k_hat_mp(
     margin: float | None = None,
     max_k: int | None = None,
     n_sigma: float = 4.0,
+    noise_var: float = 0.0,
 ) -> KHatResult:
     """K-hat from the Marchenko-Pastur edge of an estimated bulk (scale-free).
 
@@ -223,11 +227,17 @@ def k_hat_mp(
         above this is read as noise).
     n_sigma : float
         Width of the automatic margin in Tracy-Widom scales (default 4).
+    noise_var : float
+        Eigenvalue variance of symmetric Gaussian noise known to be in the operator
+        (``N sigma^2`` for entry std ``sigma``, e.g. a differentially private upload). The
+        bulk is then ``MP ⊞ semicircle``: free cumulants add, so the MP part has the bulk's
+        mean and its variance minus ``noise_var``, and the edge is :func:`free_edge` of the
+        two with the Tracy-Widom margin of its curvature.
 
     Returns
     -------
     KHatResult
-        ``sigma2`` and ``q`` are the bulk estimates at ``k = k_hat``.
+        ``sigma2`` and ``q`` are the bulk estimates at ``k = k_hat`` (of the MP part).
     """
     spec = _as_spectrum(values, "values")
     if q is not None:
@@ -235,12 +245,26 @@ def k_hat_mp(
     if margin is not None:
         margin = check_in_range(margin, "margin", 0.0, None)
     n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
+    nv = check_in_range(noise_var, "noise_var", 0.0, None)
+    if math.isinf(nv):
+        raise ValueError(f"noise_var must be finite, got {noise_var!r}")
     kmax = min(_default_kmax(spec.n, max_k), spec.n - 1, len(spec))
     m, v = _bulk_profile(spec, kmax)
+    if nv > 0:
+        v = np.maximum(v - nv, 0.0)  # the semicircle's variance adds to the MP part's
     with np.errstate(divide="ignore", invalid="ignore"):
         qh = np.where(m > 0, v / np.maximum(m * m, 1e-300), 0.0) if q is None else np.full_like(m, q)
-    edge = m * (1.0 + np.sqrt(qh)) ** 2
-    rel = _tw_rel_scale(spec.n, qh) * n_sigma if margin is None else np.full_like(m, margin)
+    if nv > 0:
+        edge = np.empty_like(m)
+        rel = np.empty_like(m)
+        for i in range(m.shape[0]):
+            e, _, x2 = _free_edge(np.array([m[i]]), np.array([max(qh[i], 1e-12)]), nv)
+            edge[i] = e
+            rel[i] = n_sigma * _tw_scale_from_curvature(x2, spec.n) / e if (margin is None and e > 0) else (
+                margin if margin is not None else 0.0)
+    else:
+        edge = m * (1.0 + np.sqrt(qh)) ** 2
+        rel = _tw_rel_scale(spec.n, qh) * n_sigma if margin is None else np.full_like(m, margin)
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
     thr = np.maximum(edge * (1.0 + rel), floor)
     k = _largest_passing(spec.values[:kmax], thr)
@@ -250,7 +274,7 @@ def k_hat_mp(
         sigma2=float(m[k] * spec.n),
         q=float(qh[k]),
         method="mp",
-        details={"edge": float(edge[k]), "margin": float(rel[k]), "max_k": kmax},
+        details={"edge": float(edge[k]), "margin": float(rel[k]), "max_k": kmax, "noise_var": nv},
     )
 
 
@@ -560,10 +584,12 @@ def _free_edge(a: np.ndarray, q: np.ndarray, v: float = 0.0) -> tuple[float, flo
         G = np.asarray(G, dtype=np.float64)
         return -1.0 / (G * G) + np.sum(c / (1.0 - np.multiply.outer(G, b)) ** 2, axis=-1) + v
 
-    t = np.concatenate([np.geomspace(1e-12, 0.5, 160), 1.0 - np.geomspace(0.5, 1e-12, 160)[1:]])
-    d = d1(gmax * t)
-    i = int(np.argmax(d >= 0))  # d[0] < 0 (the 1/G^2 term dominates), d[-1] > 0 (the pole)
-    G = float(scipy.optimize.brentq(lambda g: float(d1(g)), gmax * t[i - 1], gmax * t[i],
+    # below G_lo the -1/G^2 term dominates (x' < 0); near the pole (or, without one, at gmax) x' > 0
+    g_lo = min(1e-12 * gmax, 1e-3 / math.sqrt(float(np.sum(np.abs(c))) + v + 1e-300))
+    grid = np.concatenate([np.geomspace(g_lo, 0.5 * gmax, 200), gmax * (1.0 - np.geomspace(0.5, 1e-12, 160)[1:])])
+    d = d1(grid)
+    i = int(np.argmax(d >= 0))
+    G = float(scipy.optimize.brentq(lambda g: float(d1(g)), grid[i - 1], grid[i],
                                     xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=200))
     x = 1.0 / G + float(np.sum(a / (1.0 - b * G))) + v * G
     x2 = 2.0 / G**3 + float(np.sum(2.0 * c * b / (1.0 - b * G) ** 3))
@@ -827,6 +853,31 @@ def k_hat_components(
     return _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="components")
 
 
+def pm1_ratio(N: int, M: int, s2: float) -> float:
+    """Effective aspect ratio of the noise bulk of ``M`` +-1 examples with bulk variance ``s2``.
+
+    A +-1 entry with conditional mean ``m`` has noise ``z = eta - m`` of variance
+    ``s2 = 1 - m^2`` and fourth moment ``E z^4 = s2 (1 + 3 m^2)``, so an excess kurtosis
+    ``E z^4 / s2^2 - 3 = 4 / s2 - 6`` (15 at r = 0.9, -2 for uniform noise). The diagonal of
+    the sample covariance then fluctuates more (or less) than for Gaussian entries and the
+    variance of its spectrum is ``s2^2 q (1 + (4 / s2 - 6) / N)`` instead of ``s2^2 q``
+    (``q = N / M``): at N = 300, r = 0.9 the bulk is about 1 % wider than the MP law, a
+    Tracy-Widom scale. The component keeps its mean and takes this variance:
+    ``q_eff = q (1 + (4 / s2 - 6) / N)``. Derived in {ref}`sec-bbp-threshold`.
+
+    Parameters
+    ----------
+    N, M : int
+        Dimension (>= 2) and batch size (>= 1).
+    s2 : float
+        Bulk variance in (0, 1].
+    """
+    N = check_positive_int(N, "N", minimum=2)
+    M = check_positive_int(M, "M")
+    s2 = check_in_range(s2, "s2", 0.0, 1.0, low_open=True)
+    return (N / M) * max(1.0 + (4.0 / s2 - 6.0) / N, 1e-3)
+
+
 def components_from_uploads(
     uploads: Sequence[Any],
     weights: np.ndarray | None = None,
@@ -839,7 +890,8 @@ def components_from_uploads(
     its bulk variance estimate ``s2_c`` (None: unknown; 1 is used, an upper bound because
     ``tr(N B_c) = N`` is split between spikes and bulk) and the entry standard deviation
     ``sigma_c`` of the Gaussian noise it added. Component ``c`` is then
-    ``(sign_c omega_c w_c s2_c / N, N / M_c)``, with ``sign_c`` the sign of ``tr U_c`` when
+    ``(sign_c omega_c w_c s2_c / N, pm1_ratio(N, M_c, s2_c))`` (the aspect ratio ``N / M_c``
+    with the finite-N correction of +-1 data, :func:`pm1_ratio`), with ``sign_c`` the sign of ``tr U_c`` when
     the operator is available (a negated upload) and +1 otherwise (secure aggregation: the
     server never sees ``U_c``); uploads with ``M_c = 0``, ``w_c = 0`` or an undefined weight
     (a client that does not blend, e.g. a poisoner) contribute no bulk. The Gaussian noises
@@ -895,44 +947,118 @@ def components_from_uploads(
         noise += float(om[i]) ** 2 * sig * sig
         if M == 0 or not math.isfinite(float(w)) or float(w) == 0.0 or om[i] == 0.0:
             continue
-        s2 = 1.0 if s2 is None else check_in_range(s2, f"uploads[{i}].noise_var", 0.0, None)
+        s2 = 1.0 if s2 is None else check_in_range(s2, f"uploads[{i}].noise_var", 0.0, 1.0)
         op = getattr(u, "operator", None)
         sign = -1.0 if isinstance(op, np.ndarray) and float(np.trace(op)) < 0 else 1.0
         if s2 > 0:
-            comps.append(Component(sign * float(om[i]) * float(w) * s2 / N, N / int(M)))
+            comps.append(Component(sign * float(om[i]) * float(w) * s2 / N, pm1_ratio(N, int(M), s2)))
     return comps, float(N * noise)
 
 
-def client_noise_var(B: np.ndarray, M: int, n_sigma: float = 4.0, min_bulk_rank: int = 8) -> float | None:
+def client_noise_var(examples: np.ndarray, min_bulk_rank: int = 8) -> float | None:
     """A client's estimate of the bulk variance ``s2 = 1 - r^2`` of its examples, or None.
 
-    The client fits the bulk of its own operator ``B = eta^T eta / (N M)`` with its outliers
-    removed (:func:`fit_component`): the bulk mean is ``s2 / N`` (zeros of a rank-deficient
-    batch included). With fewer than ``min_bulk_rank`` bulk eigenvalues (``M`` minus the
-    outliers, e.g. a batch of 10 examples of 4 archetypes) there is no bulk to fit and the
-    client reports None (the server then uses the upper bound 1). Derived in
-    {ref}`sec-bbp-threshold`.
+    The client fits the bulk of its own ``N B = eta^T eta / M`` from its leading spectrum
+    (:func:`fedlam.controller.fit_bulk`: the trace identity corrected for the bulk mass the
+    outliers take, ``s2 = (tr - sum_i lambda_i) / (N - k - q (k + sum_i 1 / kappa_i))``; the
+    plain bulk mean after removing the outliers is low by about ``k q / N``). With fewer than
+    ``min_bulk_rank`` bulk eigenvalues (``min(M, N)`` minus the outliers, e.g. a batch of 10
+    examples of 4 archetypes) there is no bulk to fit and the client reports None (the server
+    then uses the upper bound 1). Cost: one ``min(M, N)``-sized eigenproblem on the client.
+    Derived in {ref}`sec-bbp-threshold`.
 
     Parameters
     ----------
-    B : numpy.ndarray
-        The client's (N, N) Hebbian operator.
-    M : int
-        Its batch size (>= 1).
-    n_sigma : float
-        Margin of the outlier test (:func:`k_hat_mp`).
+    examples : numpy.ndarray
+        The client's (M, N) +-1 batch.
     min_bulk_rank : int
         Smallest number of non-zero bulk eigenvalues for a fit.
     """
-    check_operator(B, "B")
-    M = check_positive_int(M, "M")
+    from fedlam import controller as ctl
+
+    check_pm1(examples, "examples", ndim=2)
     min_bulk_rank = check_positive_int(min_bulk_rank, "min_bulk_rank")
-    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
-    N = B.shape[0]
-    fit = _fit_operator(B, min(N, max(16, 2 * min(M, N) + 8) if M < N else 16), n_sigma)
-    if fit.mean <= 0 or min(M, N) - fit.n_outliers < min_bulk_rank:
+    M, N = examples.shape
+    if M < 2 or min(M, N) <= min_bulk_rank:
         return None
-    return float(fit.mean * N)
+    fit = ctl.fit_bulk(ctl.local_spectrum(examples))
+    if not (fit.sigma2 > 0) or min(M, N) - fit.n_outliers < min_bulk_rank:
+        return None
+    return float(min(fit.sigma2, 1.0))
+
+
+def outlier_overlaps(result: KHatResult, values: Any, N: int | None = None) -> np.ndarray:
+    """Predicted squared overlap of each outlier eigenvector with the signal subspace.
+
+    For an eigenvalue ``lam`` above the edge of the bulk that ``result`` describes (its
+    moment-matched MP part ``(sigma2, q)`` and the Gaussian noise ``details["noise_var"]``):
+
+    * without noise, ``lam`` is the outlier of a spiked covariance: ``kappa`` from
+      :func:`fedlam.rmt.kappa_from_outlier` and ``gamma = (1 - q/kappa^2)/(1 + q/kappa)``
+      (:func:`fedlam.rmt.eigvec_overlap`);
+    * with noise of eigenvalue variance ``v``, subordination ``omega(z) = z - v G_H(z)`` maps
+      the outlier of ``H = W + noise`` to the outlier ``ell = lam - v G_H(lam)`` of the data
+      part ``W``, and the residues of the two resolvents give
+      ``gamma_H = gamma_W(ell) / omega'(lam)``, ``omega' = 1 - v / x_H'(G_H(lam)) > 1``.
+      For a pure additive spike ``theta`` on a semicircle this is ``1 - v / theta^2``.
+
+    For an aggregate of heterogeneous clients the MP part is the moment-matched one, an
+    approximation. With no data bulk (an exact pattern operator) ``gamma = 1``. An
+    archetype lies in the signal subspace, so its in-span fraction ``||V^T xi||^2 / N`` is
+    at least the smallest ``gamma`` of the detected eigenvectors (up to ``O(N^{-1/2})``
+    fluctuations): the acceptance floor of :func:`fedlam.lam.factorize`. Derived in
+    {ref}`sec-bbp-overlap` and {ref}`sec-lam-acceptance`.
+
+    Parameters
+    ----------
+    result : KHatResult
+        From :func:`k_hat_mp`, :func:`k_hat_free` or :func:`k_hat_components`.
+    values : numpy.ndarray
+        Eigenvalues (J units) of the detected outliers.
+    N : int or None
+        Dimension (default: inferred from nothing -- required).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, same length as ``values``, in [0, 1]; 0 at or below the edge.
+    """
+    from fedlam import rmt
+
+    if not isinstance(result, KHatResult):
+        raise TypeError(f"result must be a KHatResult, got {type(result).__name__}")
+    vals = _check_values(np.atleast_1d(np.asarray(values, dtype=np.float64)), "values")
+    N = check_positive_int(N, "N", minimum=2)
+    s2 = float(result.sigma2) if np.isfinite(result.sigma2) else 0.0
+    q = float(result.q) if np.isfinite(result.q) else 0.0
+    v = float(result.details.get("noise_var", 0.0))
+    a = max(s2, 0.0) / N
+    qq = max(q, 1e-12)
+    out = np.zeros(vals.shape[0])
+    if v > 0:
+        edge, gstar, _ = _free_edge(np.array([a]), np.array([qq]), v)
+    for i, lam in enumerate(vals):
+        omega_p = 1.0
+        ell = float(lam)
+        if v > 0:
+            if lam <= edge:
+                continue
+
+            def x_h(g: float) -> float:
+                return 1.0 / g + (a / (1.0 - a * qq * g) if a > 0 else 0.0) + v * g
+
+            g = float(scipy.optimize.brentq(lambda g: x_h(g) - lam, gstar * 1e-12, gstar,
+                                            xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=200))
+            ell = lam - v * g
+            xp = -1.0 / g**2 + (a * a * qq / (1.0 - a * qq * g) ** 2 if a > 0 else 0.0) + v
+            omega_p = 1.0 - v / xp
+        if a > 0:
+            kappa = rmt.kappa_from_outlier(ell * N, qq, s2)
+            gw = float(rmt.eigvec_overlap(kappa, qq)) if np.isfinite(kappa) else 0.0
+        else:
+            gw = 1.0 if ell > 0 else 0.0
+        out[i] = min(1.0, max(0.0, gw / omega_p))
+    return out
 
 
 @dataclass(frozen=True)
@@ -1038,6 +1164,7 @@ def k_hat_free(
     max_k: int | None = None,
     n_sigma: float = 4.0,
     component_k: int = 16,
+    noise_var: float = 0.0,
 ) -> KHatResult:
     """K-hat for an aggregate of operators with different noise levels (heterogeneity-aware edge).
 
@@ -1075,6 +1202,13 @@ def k_hat_free(
         component fits.
     component_k : int
         Leading eigenvalues computed per component operator (see :func:`fit_component`).
+    noise_var : float
+        Eigenvalue variance of Gaussian noise added to ``J`` (see :func:`free_edge`).
+
+    Components given as :class:`Component` (scale and ratio already known, e.g. from the
+    uploads' scalars, :func:`components_from_uploads`) are used as they are, without any fit
+    (then ``weights`` must be None: a Component's scale already includes its weight); this is
+    :func:`k_hat_components`.
 
     Returns
     -------
@@ -1090,6 +1224,14 @@ def k_hat_free(
         margin = check_in_range(margin, "margin", 0.0, None)
     n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
     component_k = check_positive_int(component_k, "component_k")
+    if (isinstance(components, Sequence) and not isinstance(components, (str, bytes)) and components
+            and all(isinstance(c, Component) for c in components)):
+        if weights is not None:
+            raise ValueError("weights must be None when components are Component objects "
+                             "(their scale already includes the weight)")
+        a, q, v = _component_arrays(components, noise_var)
+        return _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="free")
+    v = check_in_range(noise_var, "noise_var", 0.0, None)
     if components is None:
         components = [spec]
     if isinstance(components, (np.ndarray, Spectrum)) or not isinstance(components, Sequence) or not components:
@@ -1100,8 +1242,8 @@ def k_hat_free(
     fits = []
     for i, c in enumerate(components):
         if not isinstance(c, (np.ndarray, Spectrum, BulkComponent)):
-            raise TypeError(f"components[{i}] must be an (N, N) operator, a Spectrum or a BulkComponent, "
-                            f"got {type(c).__name__}")
+            raise TypeError(f"components[{i}] must be an (N, N) operator, a Spectrum or a BulkComponent "
+                            f"(or every component a Component), got {type(c).__name__}")
         f = fit_component(c, component_k, n_sigma)
         if f.n != N:
             raise ValueError(f"components[{i}] must have dimension N = {N}, got {f.n}")
@@ -1128,7 +1270,7 @@ def k_hat_free(
     a = w * np.array([f.mean for f in fits])
     # q = 0 with a non-zero mean is a bulk without spread (a multiple of the identity): a shift
     q = np.maximum(np.array([f.q for f in fits]), 1e-12)
-    res = _k_hat_edge(spec, a, q, 0.0, margin, n_sigma, max_k, method="free")
+    res = _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="free")
     res.details["n_outliers"] = np.array([f.n_outliers for f in fits])
     return res
 

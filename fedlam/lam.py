@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedlam import spectral as _sp
-from fedlam._eig import _eig_full, _eig_top
+from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top
 from fedlam._validation import (
     as_rng,
     check_choice,
@@ -59,6 +59,9 @@ __all__ = [
     "deduplicate",
     "Selection",
     "select",
+    "search_span",
+    "select_span",
+    "hebbian_weights",
     "factorize",
     "factorize_literal",
 ]
@@ -67,6 +70,9 @@ NOISES = ("annealed", "uniform")
 EXTERNALS = ("clamped", "state", "none")
 KERNELS = ("projector", "dreamed", "dense")
 ACCEPTS = ("subspace", "score")
+SEARCHES = ("span", "lam")
+#: largest number of dynamics / search steps accepted (refused before any work)
+MAX_STEPS = 100_000
 
 
 # ----------------------------------------------------------------------------------------
@@ -133,9 +139,40 @@ class LAMParams:
     rho : float
         Threshold of the subspace test (paper table: 0.6).
     max_attempts : int
-        Rounds of fresh seeds while fewer than ``K_hat`` patterns are accepted.
+        Rounds of fresh seeds while fewer than ``K_hat`` patterns are accepted (LAM search);
+        for the in-span search, deflation rounds go on while they accept new patterns and stop
+        after ``max_attempts`` rounds in a row without progress.
+    search : {"span", "lam"}
+        How candidates are found. ``"span"`` (default): the in-span search of
+        :func:`search_span` -- sign iterations ``x <- sgn(V V^T x)`` inside the detected
+        eigenspace from eigenvector mixtures, whose fixed points include every archetype of a
+        linearly independent family, correlated or not (chapter 3) -- followed by
+        :func:`select_span` (score order, de-duplication at ``dedup``, a redundancy test that
+        asks whether the candidate is the sign of a combination of accepted patterns, and a
+        noise-aware in-span floor). ``"lam"``: the paper's LAM dynamics (the fields above)
+        with :func:`select` (score threshold ``rho``/``tau``, de-duplication, the
+        detected-subspace redundancy test); ``LAMParams(search="lam")`` reproduces the tuned
+        LAM of the earlier versions exactly, :func:`factorize_literal` the paper as published.
+    n_starts : int or None
+        Starts of the in-span search per attempt; None means ``max(64, 8 k)`` with ``k`` the
+        dimension still to search (``K_hat`` minus the patterns already accepted).
+    span_iters : int
+        Largest number of sign iterations per start (a start stops at its fixed point).
+    anneal_steps : int
+        Soft (``tanh``) steps before the sign iterations of the in-span search (see
+        :func:`search_span`; 0 = plain sign iterations).
+    span_margin : float or None
+        Slack below the predicted in-span fraction ``gamma_min`` of a true archetype (the
+        smallest :func:`fedlam.khat.outlier_overlaps` of the detected eigenvectors) for the
+        acceptance floor; None means ``4 sqrt((1 - gamma_min) / N)``: four times the
+        ``O(N^{-1/2})`` fluctuation of an overlap whose deficit ``1 - gamma`` comes from
+        ``(1 - gamma) N`` bulk directions (zero for an exact operator). The floor is never
+        below 1/2.
 
-    Derived in {ref}`sec-lam-fields`.
+    ``dedup`` is None by default: 0.95 for the in-span search (two *distinct* archetypes may
+    overlap up to 0.95; copies of one fixed point overlap 1) and 0.6 for the LAM search.
+
+    Derived in {ref}`sec-lam-fields`, {ref}`sec-lam-identifiability` and {ref}`sec-lam-acceptance`.
     """
 
     layers: int = 3
@@ -152,10 +189,15 @@ class LAMParams:
     k_method: str = "mp"
     tau: float = 0.5
     n_seeds: int | None = None
-    dedup: float = 0.6
+    dedup: float | None = None
     accept: str = "subspace"
     rho: float = 0.6
     max_attempts: int = 3
+    search: str = "span"
+    n_starts: int | None = None
+    span_iters: int = 50
+    span_margin: float | None = None
+    anneal_steps: int = 40
 
     def __post_init__(self) -> None:
         L = check_positive_int(self.layers, "layers")
@@ -167,7 +209,8 @@ class LAMParams:
             )
         check_in_range(self.beta, "beta", 0.0, None, low_open=True)
         check_in_range(self.H, "H", 0.0, None)
-        check_positive_int(self.steps, "steps")
+        if check_positive_int(self.steps, "steps") > MAX_STEPS:
+            raise ValueError(f"steps must be <= {MAX_STEPS}, got {self.steps}")
         check_choice(self.noise, "noise", NOISES)
         ns = check_in_range(self.noise_scale, "noise_scale", 0.0, None)
         ms = check_in_range(self.min_scale, "min_scale", 0.0, None)
@@ -180,10 +223,21 @@ class LAMParams:
         check_real(self.tau, "tau")
         if self.n_seeds is not None:
             check_positive_int(self.n_seeds, "n_seeds")
-        check_in_range(self.dedup, "dedup", 0.0, 1.0, low_open=True)
+        if self.dedup is not None:
+            check_in_range(self.dedup, "dedup", 0.0, 1.0, low_open=True)
         check_choice(self.accept, "accept", ACCEPTS)
         check_in_range(self.rho, "rho", 0.0, 1.0)
         check_positive_int(self.max_attempts, "max_attempts")
+        check_choice(self.search, "search", SEARCHES)
+        if self.n_starts is not None:
+            check_positive_int(self.n_starts, "n_starts")
+        if check_positive_int(self.span_iters, "span_iters") > MAX_STEPS:
+            raise ValueError(f"span_iters must be <= {MAX_STEPS}, got {self.span_iters}")
+        if self.anneal_steps > MAX_STEPS:
+            raise ValueError(f"anneal_steps must be <= {MAX_STEPS}, got {self.anneal_steps}")
+        check_nonneg_int(self.anneal_steps, "anneal_steps")
+        if self.span_margin is not None:
+            check_in_range(self.span_margin, "span_margin", 0.0, 1.0)
 
     def replace(self, **changes: Any) -> "LAMParams":
         """A copy with some fields changed (validated)."""
@@ -192,6 +246,17 @@ class LAMParams:
     def seeds_for(self, k_hat: int) -> int:
         """Number of seeds per attempt for a given ``K_hat``."""
         return self.n_seeds if self.n_seeds is not None else max(8, 2 * k_hat)
+
+    def starts_for(self, k_hat: int) -> int:
+        """Starts of the in-span search per attempt for a given ``K_hat``."""
+        return self.n_starts if self.n_starts is not None else max(64, 8 * k_hat)
+
+    @property
+    def dedup_threshold(self) -> float:
+        """The de-duplication threshold in use (``dedup``, or the search's default)."""
+        if self.dedup is not None:
+            return float(self.dedup)
+        return 0.95 if self.search == "span" else 0.6
 
 
 _PARAM_NAMES = tuple(f.name for f in fields(LAMParams))
@@ -548,8 +613,31 @@ class FactorizeResult:
         return int(self.patterns.shape[0])
 
 
+def _remainder_hides_spikes(spec: _sp.Spectrum, max_k: int) -> bool:
+    """Could the eigenvalues beyond a partial spectrum be spikes the estimator has not seen?
+
+    The remainder's sum ``s1 = tr J - sum of the computed`` and sum of squares ``s2`` give its
+    participation ratio ``s1^2 / s2``: the effective number of its non-zero eigenvalues
+    (``N / (1 + q)``, about the rank, for an MP bulk). Exact zeros have none (``s1`` at
+    rounding level): the absence of a bulk has been seen. A remainder of fewer than ``max_k``
+    effective eigenvalues may be a group of spikes -- e.g. the 24 eigenvalues left after the
+    first 16 of the exact operator of 40 archetypes, which the MP rule would otherwise read
+    as the bulk of 24 noise examples and report K_hat = 0 -- so the spectrum must grow until
+    its end (zeros) or a genuine bulk is in view.
+    """
+    m = len(spec)
+    vals = spec.values
+    s1 = spec.trace - float(vals.sum())
+    s2 = spec.sum_sq - float(vals @ vals)
+    scale = max(float(np.abs(vals).max(initial=0.0)), 1e-300)
+    if s1 <= _sp.ZERO_RTOL * scale * (spec.n - m) or s2 <= 0:
+        return False
+    return s1 * s1 / s2 < max_k
+
+
 def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
                      kw: dict | None = None) -> tuple[_sp.Spectrum, _sp.KHatResult]:
+    """Partial spectrum of ``J`` grown until the K-hat estimate is not limited by its length."""
     N = J.shape[0]
     kw = kw or {}
     if p.kernel == "dense" or p.k_method == "shuffle":
@@ -563,8 +651,12 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
     while True:
         spec = _eig_top(J, m)
         kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
-        # grow the partial spectrum while the count could be limited by its length
-        if m == N or kres.k_hat < m - 8:
+        if m == N:
+            return spec, kres
+        limited = kres.k_hat >= m - 8 or bool(kres.details.get("truncated", False))
+        if p.k_method in ("mp", "tw") and not limited:
+            limited = _remainder_hides_spikes(spec, max(1, N // 4))
+        if not limited:
             return spec, kres
         m = min(N, 4 * m)  # 16 -> 64 -> 256 ...
 
@@ -687,6 +779,307 @@ def _select(
     return kept_arr[:k_hat], n_rej, n_dup, n_red, n_cap
 
 
+def _canonical_sign(X: np.ndarray) -> np.ndarray:
+    """Flip each +-1 row so that it has at least as many -1 as +1 entries (ties: first entry -1).
+
+    ``xi`` and ``-xi`` are the same memory of a Hebbian kernel; a fixed convention makes the
+    output reproducible and shows images with the package's convention (object +1 on a
+    majority background -1, :func:`fedlam.data.structured_archetypes`).
+    """
+    if X.shape[0] == 0:
+        return X
+    tot = X.astype(np.int64).sum(axis=1)
+    flip = (tot > 0) | ((tot == 0) & (X[:, 0] > 0))
+    out = X.copy()
+    out[flip] *= -1
+    return out
+
+
+def search_span(
+    vectors: np.ndarray,
+    n_starts: int,
+    rng: np.random.Generator | int,
+    *,
+    iters: int = 50,
+    scales: np.ndarray | None = None,
+    avoid: np.ndarray | None = None,
+    include_axes: bool = True,
+    anneal_steps: int = 0,
+) -> np.ndarray:
+    """In-span search: fixed points of ``x <- sgn(V V^T x)`` from eigenvector mixtures.
+
+    Each start is ``sgn(V c)`` with ``c ~ N(0, diag(scales^2))`` in the ``K_hat`` coordinates
+    (:func:`factorize` passes ``scales = sqrt(lambda_i)``: a start is then the sign of a
+    Gaussian vector with covariance ``J`` restricted to the detected space, whose second
+    moments are those of the archetypes' own coordinates ``V^T xi / sqrt(N)`` for an exact
+    operator -- correlated archetypes share a large component along the top eigenvector, and
+    isotropic starts, far from all of them, end in mixtures; with
+    ``avoid``: ``c`` drawn in the orthogonal complement of the coordinates ``V^T p`` of the
+    patterns already found, so that new starts point away from them), plus, with
+    ``include_axes``, the signs of the single eigenvectors ``sgn(v_i)``. The update
+    maximises ``x^T V V^T x`` over the hypercube (it never decreases it), so every start ends
+    at a fixed point, a local maximum of the in-span fraction ``||V^T x||^2 / N``. For the
+    exact projector of a linearly independent family every archetype is such a fixed point,
+    and generically the only +-1 vector in the span (chapter 3); mixtures are fixed points
+    too but score lower. All starts move together: ``O(S N K_hat)`` per iteration.
+    Derived in {ref}`sec-lam-identifiability`.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        float (N, K_hat) orthonormal columns, K_hat >= 1.
+    n_starts : int
+        Number of random mixture starts (>= 1).
+    rng : Generator or int
+    iters : int
+        Largest number of sign iterations.
+    scales : numpy.ndarray or None
+        (K_hat,) non-negative standard deviations of the start coefficients (None: ones).
+    avoid : numpy.ndarray or None
+        (P, N) +-1 patterns already found: the search then runs in the *deflated* subspace
+        ``W``, the part of span ``V`` orthogonal to them, where the remaining archetypes
+        (nearly orthogonal to the found ones, or correlated but not in their span) are fewer
+        and easier to reach; each end state is then refined in the full span ``V``.
+    include_axes : bool
+        Also start from ``sgn(v_i)`` for every column.
+    anneal_steps : int
+        Before the sign iterations, ``anneal_steps`` soft steps
+        ``c <- W^T tanh(beta sqrt(N) W c)`` (normalised) with ``beta`` rising geometrically
+        from 0.3 to 10: at small ``beta`` this is gradient descent of ``||W c||_4^4`` on the
+        sphere, whose minimisers in a random span are the flattest vectors -- the +-1 ones --
+        and the rising ``beta`` turns it into the sign iteration. It reaches archetypes from
+        starts whose plain sign iteration ends in a mixture (exact operators of 50 random
+        archetypes at N = 600: 26 of 50 in one pass against 2 of 50). 0: plain sign
+        iterations.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8 (S, N): the final states (fixed points, or the state after ``iters`` steps),
+        in canonical sign, duplicates removed (first occurrence kept).
+    """
+    if not isinstance(vectors, np.ndarray) or not np.issubdtype(vectors.dtype, np.floating):
+        raise TypeError(f"vectors must be a float numpy array (N, K_hat), got {type(vectors).__name__}")
+    if vectors.ndim != 2 or vectors.shape[1] < 1 or vectors.shape[0] < 2:
+        raise ValueError(f"vectors must have shape (N >= 2, K_hat >= 1), got {vectors.shape}")
+    if not np.all(np.isfinite(vectors)):
+        raise ValueError("vectors must be finite")
+    n_starts = check_positive_int(n_starts, "n_starts")
+    iters = check_positive_int(iters, "iters")
+    if n_starts * vectors.shape[0] > 2**31:
+        raise ValueError(f"n_starts * N must be <= 2**31 (memory), got {n_starts} * {vectors.shape[0]}")
+    anneal_steps = check_nonneg_int(anneal_steps, "anneal_steps")
+    gen = as_rng(rng)
+    N, k = vectors.shape
+    V = np.asarray(vectors, dtype=np.float64)
+    C = gen.standard_normal((k, n_starts))
+    if scales is not None:
+        if (not isinstance(scales, np.ndarray) or scales.shape != (k,)
+                or not np.all(np.isfinite(scales)) or np.any(scales < 0)):
+            raise ValueError(f"scales must be a finite non-negative array of shape ({k},), got "
+                             f"{getattr(scales, 'shape', type(scales).__name__)}")
+        C *= scales[:, None]
+    Z = V @ C  # (N, S) start fields
+    W = V
+    if avoid is not None:
+        check_pm1(avoid, "avoid", ndim=2, allow_empty=True)
+        if avoid.shape[1] != N:
+            raise ValueError(f"avoid must have N = {N} columns, got shape {avoid.shape}")
+        if avoid.shape[0]:
+            Q = np.linalg.qr(avoid.T.astype(np.float64))[0]
+            U, sv, _ = np.linalg.svd(V - Q @ (Q.T @ V), full_matrices=False)
+            W = U[:, sv > 1e-6 * max(1.0, float(sv.max(initial=0.0)))]
+            Z = Z - Q @ (Q.T @ Z)
+    if W.shape[1] > 0:
+        # search in the deflated subspace W (all of span V on a first pass)
+        Cw = W.T @ Z
+        Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
+        for beta in (np.geomspace(0.3, 10.0, anneal_steps) if anneal_steps else ()):
+            Cw = W.T @ np.tanh(beta * np.sqrt(N) * (W @ Cw))
+            Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
+        X = np.where((W @ Cw).T >= 0, 1.0, -1.0)
+        for _ in range(iters):
+            Xn = np.where((X @ W) @ W.T >= 0, 1.0, -1.0)
+            if np.array_equal(Xn, X):
+                break
+            X = Xn
+    else:
+        X = np.empty((0, N))
+    if include_axes:
+        X = np.vstack([np.where(V.T >= 0, 1.0, -1.0), X])
+    # refine every state in the full detected space
+    for _ in range(iters):
+        Xn = np.where((X @ V) @ V.T >= 0, 1.0, -1.0)
+        if np.array_equal(Xn, X):
+            break
+        X = Xn
+    X = _canonical_sign(X.astype(np.int8))
+    _, first = np.unique(X, axis=0, return_index=True)
+    return np.ascontiguousarray(X[np.sort(first)])
+
+
+def hebbian_weights(coords: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Non-negative weights ``w`` with ``sum_c w_c y_c y_c^T ~ target`` (least squares).
+
+    ``coords`` (C, k) are candidates' coordinates ``y_c = V^T x_c / sqrt(N)`` in the detected
+    eigenbasis and ``target`` (k, k) the operator's signal part in that basis. An exact
+    operator is ``sum_mu u_mu u_mu^T`` with ``u_mu = xi^mu / sqrt(N)``: its archetypes get
+    weight 1 and any other candidate -- a sign-mixture, or a +-1 vector that happens to lie in
+    the span (chapter 3) -- weight 0, because the rank-one matrices ``y y^T`` of a few
+    candidates are linearly independent. Solved by :func:`scipy.optimize.nnls` on the
+    ``k (k + 1) / 2`` independent entries. Derived in {ref}`sec-lam-identifiability`.
+
+    Parameters
+    ----------
+    coords : numpy.ndarray
+        float (C, k).
+    target : numpy.ndarray
+        float (k, k) symmetric.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (C,) non-negative weights.
+    """
+    import scipy.optimize
+
+    if not isinstance(coords, np.ndarray) or coords.ndim != 2:
+        raise ValueError(f"coords must be a (C, k) array, got {getattr(coords, 'shape', type(coords).__name__)}")
+    C, k = coords.shape
+    if not isinstance(target, np.ndarray) or target.shape != (k, k):
+        raise ValueError(f"target must be a ({k}, {k}) array, got {getattr(target, 'shape', type(target).__name__)}")
+    if C == 0:
+        return np.empty(0)
+    iu = np.triu_indices(k)
+    scale = np.where(iu[0] == iu[1], 1.0, np.sqrt(2.0))  # Frobenius norm on the upper triangle
+    A = (coords[:, iu[0]] * coords[:, iu[1]] * scale).T  # (k(k+1)/2, C)
+    b = target[iu] * scale
+    w, _ = scipy.optimize.nnls(A, b, maxiter=50 * max(C, 1))
+    return w
+
+
+def _select_span(
+    cands: np.ndarray,
+    scores: np.ndarray,
+    k_hat: int,
+    dedup: float,
+    floor: float,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, int, int, int, int]:
+    """Unvalidated core of :func:`select_span`."""
+    N = cands.shape[1]
+    order = _score_order(scores)
+    X = cands.astype(np.float64)
+    kept: list[int] = []
+    Q = np.zeros((0, N))
+    n_rej = n_dup = n_red = 0
+    wmax = float(weights.max(initial=0.0)) if weights is not None else 0.0
+    for i in order:
+        if scores[i] < floor:
+            n_rej += 1
+            continue
+        x = X[i]
+        if kept:
+            if np.max(np.abs(X[kept] @ x)) / N >= dedup:
+                n_dup += 1
+                continue
+        if weights is not None and weights[i] <= 1e-6 * wmax:
+            n_red += 1
+            continue
+        if kept:
+            proj = Q.T @ (Q @ x)
+            recon = np.where(proj >= 0, 1.0, -1.0)
+            if abs(float(recon @ x)) / N >= dedup:
+                n_red += 1
+                continue
+        kept.append(int(i))
+        resid = x - Q.T @ (Q @ x)
+        nrm = float(np.linalg.norm(resid))
+        if nrm > 1e-9 * np.sqrt(N):
+            Q = np.vstack([Q, resid / nrm])
+    kept_arr = np.asarray(kept, dtype=np.int64)
+    n_cap = max(0, kept_arr.size - k_hat)
+    return kept_arr[:k_hat], n_rej, n_dup, n_red, n_cap
+
+
+def select_span(
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    k_hat: int,
+    dedup: float = 0.95,
+    floor: float = 0.5,
+) -> Selection:
+    """Selection of the in-span search: score order, copies, sign-mixtures, floor, cap.
+
+    Candidates are taken in descending in-span score ``||V^T x||^2 / N``. One is dropped
+
+    * below ``floor`` (its predicted in-span fraction is too small for an archetype);
+    * as a *duplicate* when ``|overlap| >= dedup`` with a kept one (a copy, or the same
+      fixed point with a few bits flipped by noise; distinct archetypes may overlap up to
+      ``dedup``);
+    * as *redundant* when it is, to within ``dedup``, the sign of a combination of the kept
+      patterns: ``|x . sgn(P x)| / N >= dedup`` with ``P`` the projector on their span. This
+      is what a sign-mixture of kept patterns is (``sgn(xi^1 + xi^2 + xi^3)`` is the sign of
+      its own projection), while an archetype correlated with kept ones is not (its
+      projection's sign is a mixture that differs from it on a fraction of sites that does
+      not vanish with N).
+
+    At most ``k_hat`` are kept. Derived in {ref}`sec-lam-acceptance`.
+
+    Parameters
+    ----------
+    candidates : numpy.ndarray
+        (C, N) +-1.
+    scores : numpy.ndarray
+        (C,) in-span scores.
+    k_hat : int
+        Largest number of patterns.
+    dedup : float
+        In (0, 1].
+    floor : float
+        Smallest acceptable score.
+
+    Returns
+    -------
+    Selection
+    """
+    check_pm1(candidates, "candidates", ndim=2, allow_empty=True)
+    if not isinstance(scores, np.ndarray) or scores.shape != (candidates.shape[0],):
+        raise ValueError(
+            f"scores must be an array of shape ({candidates.shape[0]},), got "
+            f"{getattr(scores, 'shape', type(scores).__name__)}"
+        )
+    check_nonneg_int(k_hat, "k_hat")
+    dedup = check_in_range(dedup, "dedup", 0.0, 1.0, low_open=True)
+    floor = check_real(floor, "floor")
+    return Selection(*_select_span(candidates, scores, int(k_hat), dedup, floor))
+
+
+def _k_kwargs(p: LAMParams, components: Any, component_weights: Any, noise_var: float) -> dict:
+    """Keyword arguments of the K-hat estimator for the components / noise given to factorize."""
+    kw: dict = {}
+    if components is not None or component_weights is not None:
+        if p.k_method != "free":
+            raise ValueError(f"components and component_weights need k_method='free', got k_method={p.k_method!r}")
+        if components is None:
+            raise ValueError("component_weights given without components")
+        if isinstance(components, (np.ndarray, _sp.Spectrum)) or not isinstance(components, Sequence):
+            raise TypeError(f"components must be a list of (N, N) operators, BulkComponent or Component, "
+                            f"got {type(components).__name__}")
+        if components and all(isinstance(c, _sp.Component) for c in components):
+            comps: list = list(components)
+        else:
+            # fit the components once (the partial spectrum of J may be grown below)
+            comps = [c if isinstance(c, _sp.BulkComponent) else _sp.fit_component(c) for c in components]
+        kw = {"components": comps, "weights": component_weights}
+    if noise_var > 0:
+        if p.k_method not in ("mp", "free"):
+            raise ValueError(f"noise_sigma > 0 needs k_method 'mp' or 'free' (noise-aware edges), "
+                             f"got k_method={p.k_method!r}")
+        kw["noise_var"] = noise_var
+    return kw
+
+
 def factorize(
     J: np.ndarray,
     rng: np.random.Generator | int | None = None,
@@ -695,9 +1088,10 @@ def factorize(
     spectrum: _sp.Spectrum | None = None,
     components: Sequence[Any] | None = None,
     component_weights: np.ndarray | None = None,
+    noise_sigma: float = 0.0,
     **overrides: Any,
 ) -> FactorizeResult:
-    """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> seeds -> LAM -> accept.
+    """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> search -> accept.
 
     Parameters
     ----------
@@ -705,20 +1099,28 @@ def factorize(
         float64 (N, N) symmetric operator (raw: mean of Hebbian operators; an exact
         ``xi^T xi / N`` works too).
     rng : Generator, int or None
-        Randomness of the seeds and of the dynamics. None draws a fresh OS-seeded generator
-        (not reproducible).
+        Randomness of the starts/seeds and of the dynamics. None draws a fresh OS-seeded
+        generator (not reproducible).
     params : LAMParams or None
         Parameters; keyword ``overrides`` (any LAMParams field) are applied on top.
     spectrum : Spectrum or None
         A spectrum of ``J`` to reuse (complete, or partial from
         :func:`fedlam.spectral.top_spectrum` with enough eigenpairs for the detection).
     components : sequence or None
-        Only with ``k_method="free"``: the summands ``J_c`` of ``J = sum_c w_c J_c`` ((N, N)
-        operators or :class:`fedlam.spectral.BulkComponent` from
-        :func:`fedlam.spectral.fit_component`), whose different bulks set the edge
-        (:func:`fedlam.spectral.k_hat_free`). None: ``J`` is its own single component.
+        Only with ``k_method="free"``: the bulk of ``J = sum_c w_c J_c``, either as
+        :class:`fedlam.khat.Component` (scale and ratio from the uploads' scalars,
+        :func:`fedlam.khat.components_from_uploads`; no fit) or as the summands ``J_c``
+        ((N, N) operators or :class:`fedlam.spectral.BulkComponent`, fitted with
+        :func:`fedlam.spectral.fit_component`). None: ``J`` is its own single component.
     component_weights : numpy.ndarray or None
-        The weights ``w_c`` (None: equal, ``1/L``).
+        The weights ``w_c`` of fitted summands (None: equal, ``1/L``; must be None with
+        Component objects).
+    noise_sigma : float
+        Entry standard deviation of symmetric Gaussian noise known to be in ``J`` (a
+        differentially private upload, or the mean of noised uploads: ``sqrt(sum_c w_c^2
+        sigma_c^2)``). The K-hat edge becomes that of the bulk convolved with a semicircle of
+        eigenvalue variance ``N noise_sigma^2``, and the in-span acceptance floor uses the
+        eigenvector overlaps lowered by the noise (:func:`fedlam.khat.outlier_overlaps`).
 
     Returns
     -------
@@ -727,32 +1129,44 @@ def factorize(
 
     Notes
     -----
-    Cost: one (partial) symmetric eigendecomposition, plus
-    ``O(attempts * steps * S * L * N * K_hat)`` for the dynamics with the default projector
-    kernel. The true number of archetypes is never used. Derived in
-    {ref}`sec-lam-seeding` and {ref}`sec-lam-acceptance`.
+    Cost: one (partial) symmetric eigendecomposition, plus ``O(attempts * iters * S * N *
+    K_hat)`` for the in-span search (default) or ``O(attempts * steps * S * L * N * K_hat)``
+    for the LAM dynamics with the projector kernel. The true number of archetypes is never
+    used. Derived in {ref}`sec-lam-seeding`, {ref}`sec-lam-identifiability` and
+    {ref}`sec-lam-acceptance`.
+
+    Examples
+    --------
+    Correlated archetypes (overlap about 0.7) from the exact operator, and from one noisy
+    operator of 600 examples:
+
+    >>> import numpy as np
+    >>> from fedlam import data, operators, metrics
+    >>> xi = data.random_archetypes(1, 400, 0).repeat(3, axis=0)
+    >>> flips = np.random.default_rng(1).random((3, 400)) < 0.15
+    >>> xi = np.where(flips, -xi, xi).astype(np.int8)
+    >>> res = factorize(operators.pattern_operator(xi), rng=0)
+    >>> res.k_hat, metrics.magnetization(res.patterns, xi).round(2).tolist()
+    (3, [1.0, 1.0, 1.0])
+    >>> eta, _ = data.sample_examples(xi, 600, 0.8, np.ones(3) / 3, 2)
+    >>> res = factorize(operators.hebbian(eta), rng=0)
+    >>> res.k_hat, bool(metrics.magnetization(res.patterns, xi).min() >= 0.95)
+    (3, True)
     """
     check_operator(J, "J")
     p = _make_params(params, overrides)
     gen = np.random.default_rng() if rng is None else as_rng(rng)
     N = J.shape[0]
-    kw: dict = {}
-    if components is not None or component_weights is not None:
-        if p.k_method != "free":
-            raise ValueError(f"components and component_weights need k_method='free', got k_method={p.k_method!r}")
-        if components is None:
-            raise ValueError("component_weights given without components")
-        if isinstance(components, (np.ndarray, _sp.Spectrum)) or not isinstance(components, Sequence):
-            raise TypeError(f"components must be a list of (N, N) operators or BulkComponent, "
-                            f"got {type(components).__name__}")
-        # fit the components once (the partial spectrum of J may be grown below)
-        comps = [c if isinstance(c, _sp.BulkComponent) else _sp.fit_component(c) for c in components]
-        kw = {"components": comps, "weights": component_weights}
+    noise_sigma = check_in_range(noise_sigma, "noise_sigma", 0.0, None)
+    if not np.isfinite(noise_sigma):
+        raise ValueError(f"noise_sigma must be finite, got {noise_sigma!r}")
+    kw = _k_kwargs(p, components, component_weights, N * noise_sigma**2)
     if spectrum is not None:
         if not isinstance(spectrum, _sp.Spectrum):
             raise TypeError(f"spectrum must be a Spectrum or None, got {type(spectrum).__name__}")
         if spectrum.n != N:
             raise ValueError(f"spectrum must be a spectrum of J (N = {N}), got N = {spectrum.n}")
+        _check_spectrum_of(spectrum, J)
         if p.kernel == "dense" and not spectrum.complete:
             raise ValueError("kernel='dense' needs a complete spectrum")
         spec = spectrum
@@ -765,13 +1179,92 @@ def factorize(
     k_hat = int(min(kres.k_hat, len(spec)))
     dreamed = _sp.dream_eigenvalues(spec.values, p.dream_time)
     V = spec.vectors[:, :k_hat]
-    empty = FactorizeResult(
-        patterns=np.empty((0, N), dtype=np.int8), k_hat=k_hat, scores=np.empty(0), n_candidates=0,
-        n_duplicates=0, n_rejected=0, n_capped=0, attempts=0, values=spec.values.copy(),
-        dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p,
-    )
     if k_hat == 0:
-        return empty
+        return FactorizeResult(
+            patterns=np.empty((0, N), dtype=np.int8), k_hat=0, scores=np.empty(0), n_candidates=0,
+            n_duplicates=0, n_rejected=0, n_capped=0, attempts=0, values=spec.values.copy(),
+            dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p,
+        )
+    if p.search == "span":
+        return _factorize_span(spec, kres, k_hat, dreamed, p, gen)
+    return _factorize_lam(spec, kres, k_hat, dreamed, p, gen)
+
+
+def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, values: np.ndarray,
+                   dedup: float, floor: float) -> np.ndarray:
+    """:func:`hebbian_weights` of the candidates that pass the floor (one per group of copies).
+
+    Candidates below the floor, or within ``dedup`` of a better-scoring one, get weight 0
+    (:func:`_select_span` drops them anyway). The target is ``diag(lambda)``: the exact
+    operator in its own eigenbasis.
+    """
+    N = cands.shape[1]
+    X = cands.astype(np.float64)
+    reps: list[int] = []
+    for i in _score_order(scores):
+        if scores[i] < floor:
+            break
+        if reps and np.max(np.abs(X[reps] @ X[i])) / N >= dedup:
+            continue
+        reps.append(int(i))
+    w = np.zeros(scores.shape[0])
+    if reps:
+        w[reps] = hebbian_weights(coords[reps], np.diag(values))
+    return w
+
+
+def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreamed: np.ndarray,
+                    p: LAMParams, gen: np.random.Generator) -> FactorizeResult:
+    """In-span search and selection (``search="span"``)."""
+    N = spec.n
+    V = np.ascontiguousarray(spec.vectors[:, :k_hat])
+    gamma = _sp.outlier_overlaps(kres, spec.values[:k_hat], N)
+    g_min = float(gamma.min())
+    margin = p.span_margin if p.span_margin is not None else 4.0 * np.sqrt((1.0 - g_min) / N) + 1e-9
+    floor = max(0.5, g_min - margin)
+    dedup = p.dedup_threshold
+    scales = np.sqrt(np.maximum(spec.values[:k_hat], 0.0))
+    # no bulk and no noise: an exact pattern operator (or a sum of broadcasts)
+    exact = (not (kres.sigma2 > 0)) and not (kres.details.get("noise_var", 0.0) > 0)
+    pool: list[np.ndarray] = []
+    kept = np.empty(0, dtype=np.int64)
+    n_rej = n_dup = n_red = n_cap = 0
+    cands = np.empty((0, N), dtype=np.int8)
+    scores = np.empty(0)
+    attempts = stalls = 0
+    # deflation rounds: go on while they make progress (at most max_attempts in a row without)
+    while stalls < p.max_attempts and attempts < k_hat + p.max_attempts:
+        n_before = kept.size
+        found = cands[kept] if kept.size else None
+        X = search_span(V, p.starts_for(k_hat - (0 if found is None else found.shape[0])), gen,
+                        iters=p.span_iters, scales=scales, avoid=found, include_axes=attempts == 0,
+                        anneal_steps=p.anneal_steps)
+        attempts += 1
+        pool.append(X)
+        cands = np.concatenate(pool)
+        _, first = np.unique(cands, axis=0, return_index=True)
+        cands = cands[np.sort(first)]
+        Y = cands.astype(np.float64) @ V
+        scores = np.einsum("bk,bk->b", Y, Y) / N
+        weights = _exact_weights(cands, Y / np.sqrt(N), scores, spec.values[:k_hat], dedup, floor) if exact else None
+        kept, n_rej, n_dup, n_red, n_cap = _select_span(cands, scores, k_hat, dedup, floor, weights)
+        if kept.size >= k_hat:
+            break
+        stalls = stalls + 1 if kept.size <= n_before else 0
+    return FactorizeResult(
+        patterns=np.ascontiguousarray(cands[kept]), k_hat=k_hat, scores=scores[kept],
+        n_candidates=int(cands.shape[0]), n_duplicates=int(n_dup), n_rejected=int(n_rej),
+        n_capped=int(n_cap), n_redundant=int(n_red), attempts=attempts,
+        values=spec.values.copy(), dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p,
+        extras={"floor": floor, "overlaps": gamma},
+    )
+
+
+def _factorize_lam(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreamed: np.ndarray,
+                   p: LAMParams, gen: np.random.Generator) -> FactorizeResult:
+    """The LAM dynamics and :func:`select` (``search="lam"``, the tuned LAM of chapter 3)."""
+    N = spec.n
+    V = spec.vectors[:, :k_hat]
     kernel = make_kernel(p.kernel, spec, k_hat, p.dream_time)
     thr = p.rho if p.accept == "subspace" else p.tau
     n_seeds = p.seeds_for(k_hat)
@@ -791,7 +1284,7 @@ def factorize(
         pool_scores.append(sc)
         cands = np.concatenate(pool)
         scores = np.concatenate(pool_scores)
-        kept, n_rej, n_dup, n_red, n_cap = _select(cands, scores, thr, k_hat, p.dedup,
+        kept, n_rej, n_dup, n_red, n_cap = _select(cands, scores, thr, k_hat, p.dedup_threshold,
                                                    V if p.accept == "subspace" else None)
         if kept.size >= k_hat:
             break

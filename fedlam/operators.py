@@ -191,10 +191,15 @@ def aggregate(
     """
     mats = _as_operator_stack(operators)
     L = len(mats)
-    if weights is None:
+    w = None if weights is None else check_prob_vector(weights, "weights", size=L)
+    return _aggregate(mats, w)
+
+
+def _aggregate(mats: Sequence[np.ndarray], w: np.ndarray | None) -> np.ndarray:
+    """:func:`aggregate` of validated operators (no checks; ``w`` None means equal weights)."""
+    L = len(mats)
+    if w is None:
         w = np.full(L, 1.0 / L)
-    else:
-        w = check_prob_vector(weights, "weights", size=L)
     out = np.zeros(mats[0].shape, dtype=np.float64)
     for wi, m in zip(w, mats):
         if wi != 0.0:
@@ -224,7 +229,14 @@ def blend(local: np.ndarray, server: np.ndarray, w: float) -> np.ndarray:
     if local.shape != server.shape:
         raise ValueError(f"local and server must have the same shape, got {local.shape} and {server.shape}")
     w = check_in_range(w, "w", 0.0, 1.0)
-    return w * local.astype(np.float64) + (1.0 - w) * server.astype(np.float64)
+    return _blend(local, server, w)
+
+
+def _blend(local: np.ndarray, server: np.ndarray, w: float) -> np.ndarray:
+    """:func:`blend` of validated operators (no checks)."""
+    out = np.multiply(local, w, dtype=np.float64)
+    out += (1.0 - w) * server
+    return out
 
 
 def expected_operator(archetypes: np.ndarray, r: float, pi: np.ndarray) -> np.ndarray:

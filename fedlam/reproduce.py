@@ -54,6 +54,7 @@ NOTEBOOKS: dict[str, str] = {
     "novelty": "novelty",
     "structured": "structured",
     "baselines": "baselines",
+    "privacy": "privacy",
 }
 ALIASES: dict[str, str] = {"bbp": "bbp_panel"}
 PRESET_NAMES: tuple[str, ...] = ("book", "paper")

@@ -47,6 +47,7 @@ from fedlam.khat import (
     k_hat_mp,
     k_hat_shuffle,
     k_hat_tw,
+    outlier_overlaps,
 )
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "k_hat_components",
     "components_from_uploads",
     "client_noise_var",
+    "outlier_overlaps",
     "BulkComponent",
     "fit_component",
     "k_hat_free",

@@ -158,9 +158,8 @@ def test_adversarial_shapes_and_fake_pattern():
     seed, L, N, T = 123, 3, 30, 2
     xi = data.random_archetypes(2, N, 0)
     streams = np.random.default_rng(seed).spawn(L + 1)
-    client = federation.Client(federation.ClientSpec(kind="poison", M=5), xi, T,
-                               ctl.make_controller("paper"), streams[L - 1])
-    op, _ = client.upload(None)
+    client = federation.Client(None, ctl.make_controller("paper"), streams[L - 1], kind="poison", N=N)
+    op = client.upload(None).operator
     fake = adversarial.poison_pattern(seed, L, L - 1, N)
     np.testing.assert_allclose(op, fake.T.astype(float) @ fake.astype(float) / N)
 

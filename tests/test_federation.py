@@ -91,10 +91,10 @@ def test_noise_client_weights(adversarial_runs):
 
 def test_mixed_noise_levels_no_spurious(adversarial_runs):
     """A noise client the paper's rule keeps (w ~ 0.9) mixes a bulk of variance 1 with the honest
-    0.19: the server's heterogeneity-aware edge (default k_method "free") still gives K_hat = 3
-    and no spurious pattern, where the single-MP rule over-counts (K_hat 5-14 at N = 400)."""
+    0.19: the server's heterogeneity-aware edge (default: from the uploads' scalars) still gives
+    K_hat = 3 and no spurious pattern, where the single-MP rule over-counts (K_hat 5-14 at N = 400)."""
     ours, paper = adversarial_runs
-    assert paper.params["k_method"] == "free"
+    assert paper.params["k_rule"] == "scalars"
     np.testing.assert_array_equal(paper.k_hat, 3)
     assert paper.spurious.max() == 0 and np.all(paper.magnetization > 0.95)
     T, K = 6, 3
@@ -102,34 +102,59 @@ def test_mixed_noise_levels_no_spurious(adversarial_runs):
     pi = data.static_mixture(T, L, K)
     specs = _honest(pi) + [F.ClientSpec(M=M, kind="noise")]
     old = F.run_federation(xi, specs, T, 4, controller="paper", lam_params={"k_method": "mp"})
-    assert old.params["k_method"] == "mp"
+    assert old.params["lam_params"] == {"k_method": "mp"}
     assert old.k_hat.max() > 3 and old.spurious.max() > 0
+    fit = F.run_federation(xi, specs, T, 4, controller="paper", k_rule="fit")
+    np.testing.assert_array_equal(fit.k_hat, 3)
 
 
-def test_server_k_method_resolution():
-    assert F.Server().k_method(5) == "free" and F.Server().k_method(1) == "mp"
-    assert F.Server(lam_params={"k_method": "mp"}).k_method(5) == "mp"
+def test_server_weights_and_options():
     s = F.Server("batch")
     np.testing.assert_allclose(s.weights(2, np.array([100.0, 300.0])), [0.25, 0.75])
     assert s.weights(2, np.zeros(2)) is None and F.Server().weights(3) is None
+    assert "k_rule='scalars'" in repr(F.Server())
+    with pytest.raises(ValueError, match="k_rule must be one of"):
+        F.Server(k_rule="eig")
+    with pytest.raises(ValueError, match="secure aggregation needs k_rule='scalars'"):
+        F.Server(k_rule="fit", secure=True)
+    with pytest.raises(TypeError, match="unknown LAM parameter"):
+        F.Server(lam_params={"steps_": 3})
 
 
-def test_server_factorize_free_over_uploads():
-    from fedlam import lam, operators
+def _uploads(rng: np.random.Generator, xi: np.ndarray) -> list:
+    from fedlam import khat, operators
+    from fedlam.protocol import Upload
+
+    ups = []
+    for _ in range(4):
+        eta = data.sample_examples(xi, M, R, np.full(3, 1 / 3), rng)[0]
+        ups.append(Upload(operators.hebbian(eta), M, 1.0, khat.client_noise_var(eta)))
+    noise = rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, N))
+    ups.append(Upload(operators.hebbian(noise), M, 1.0, khat.client_noise_var(noise)))
+    ups.append(Upload(operators.pattern_operator(xi[:1]), 0, float("nan")))  # a rank-one poisoner
+    return ups
+
+
+def test_server_round_over_uploads():
+    from fedlam import lam
 
     rng = np.random.default_rng(3)
     xi = data.random_archetypes(3, N, rng)
-    ups = [operators.hebbian(data.sample_examples(xi, M, R, np.full(3, 1 / 3), rng)[0]) for _ in range(4)]
-    ups.append(operators.hebbian(rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, N))))
-    ups.append(operators.pattern_operator(xi[:1]))  # a client uploading a rank-one broadcast
-    server = F.Server()
-    J = server.aggregate(ups)
-    res = server.factorize(J, np.random.default_rng(0), ups)
-    assert res.k_result.method == "free" and res.k_hat == 3 and res.patterns.shape == (3, N)
-    assert np.all(np.sort(np.abs(res.patterns.astype(float) @ xi.T / N).max(axis=1)) > 0.95)
-    assert F.Server(lam_params={"k_method": "mp"}).factorize(J, np.random.default_rng(0), ups).k_result.method == "mp"
+    ups = _uploads(rng, xi)
+    assert abs(ups[4].noise_var - 1.0) < 0.05 and ups[5].noise_var is None
+    for server in (F.Server(), F.Server(k_rule="fit"), F.Server(secure=True)):
+        rr = server.round(ups, np.random.default_rng(0))
+        assert rr.result.k_result.method == "free" and rr.result.k_hat == 3 and rr.patterns.shape == (3, N)
+        assert np.all(np.sort(np.abs(rr.patterns.astype(float) @ xi.T / N).max(axis=1)) > 0.95)
+        np.testing.assert_allclose(rr.broadcast, rr.patterns.T.astype(float) @ rr.patterns / N)
+    rr = F.Server(lam_params={"k_method": "mp"}).round(ups, np.random.default_rng(0))
+    assert rr.result.k_result.method == "mp"
     with pytest.raises(ValueError, match="need k_method='free'"):
-        lam.factorize(J, rng=0, components=ups)
+        lam.factorize(rr.aggregate, rng=0, components=[u.operator for u in ups])
+    with pytest.raises(TypeError, match="uploads must be a non-empty list"):
+        F.Server().round([], np.random.default_rng(0))
+    with pytest.raises(TypeError, match=r"uploads\[0\] must be a fedlam.protocol.Upload"):
+        F.Server().round([ups[0].operator], np.random.default_rng(0))
 
 
 def test_determinism(adversarial_runs):
@@ -180,19 +205,74 @@ def test_other_adversaries_and_empty_batches():
     assert h.T == T
 
 
-def test_client_keeps_examples_private():
-    xi = data.random_archetypes(3, N, 61)
-    spec = F.ClientSpec(r=R, M=20, mixture=data.static_mixture(2, 1, 3)[:, 0])
-    from fedlam.controller import ConstantController
+def test_only_uploads_reach_the_server(monkeypatch):
+    """What leaves a client is an Upload (operator + four scalars); the server and the History
+    never hold an example: instrument Server.round and check everything it receives."""
+    from fedlam import operators
+    from fedlam.protocol import Upload
 
-    c = F.Client(spec, xi, 2, ConstantController(1.0), 0)
+    T, K = 3, 3
+    xi = data.random_archetypes(K, N, 61)
+    pi = data.static_mixture(T, 2, K)
+    seen: list = []
+    rounds: list = []
+    orig_acc, orig_round = F.Server.accumulate, F.Server.round
+
+    def spy_acc(self, total, upload, weight):
+        seen.append(upload)
+        return orig_acc(self, total, upload, weight)
+
+    def spy_round(self, uploads, rng, broadcast_rank=0, aggregate=None):
+        rounds.append(list(uploads))
+        assert all(u.operator is None for u in uploads)  # operators were summed on arrival
+        return orig_round(self, uploads, rng, broadcast_rank, aggregate)
+
+    monkeypatch.setattr(F.Server, "accumulate", spy_acc)
+    monkeypatch.setattr(F.Server, "round", spy_round)
+    h = F.run_federation(xi, _honest(pi), T, 8, controller=1.0)
+    assert len(rounds) == T and all(len(r) == 2 for r in rounds) and len(seen) == 2 * T
+    seen = [seen[2 * t: 2 * t + 2] for t in range(T)]
+    # reproduce the clients' batches from their streams: the server got exactly their operators
+    streams = np.random.default_rng(8).spawn(3)
+    for c in range(2):
+        for t in range(T):
+            eta, _ = data.sample_examples(xi, M, R, pi[t, c], streams[c])
+            up = seen[t][c]
+            assert type(up) is Upload
+            assert set(vars(up)) == {"operator", "batch_size", "weight", "noise_var", "dp_sigma"}
+            np.testing.assert_allclose(up.operator, operators.hebbian(eta), atol=1e-15)
+            assert up.batch_size == M and up.weight == 1.0
+            # no History field holds an example row
+            for f in dataclasses.fields(F.History):
+                v = getattr(h, f.name)
+                arrays = v if isinstance(v, list) else [v]
+                for a in arrays:
+                    if isinstance(a, np.ndarray) and a.ndim == 2 and a.shape[1] == N:
+                        assert not (np.abs(a.astype(float) @ eta.T.astype(float)) == N).any()
+
+
+def test_client_protocol_object():
+    from fedlam.controller import ConstantController
+    from fedlam.protocol import ArraySource, SyntheticSource, Upload
+
+    xi = data.random_archetypes(3, N, 61)
+    src = SyntheticSource(xi, 20, r=R, mixture=data.static_mixture(2, 1, 3)[:, 0])
+    c = F.Client(src, ConstantController(1.0), 0, r=R)
     c.observe(0)
-    public = {k: v for k, v in vars(c).items() if not k.startswith("_")}
-    assert not any(isinstance(v, np.ndarray) for v in public.values())
-    assert not hasattr(c, "examples") and not hasattr(c, "labels")
-    op, w = c.upload(None)
-    assert op.shape == (N, N) and w == 1.0
-    assert c.label_counts().sum() == 20
+    assert not hasattr(c, "examples") and not hasattr(c, "archetypes")
+    up = c.upload(None)
+    assert isinstance(up, Upload) and up.operator.shape == (N, N) and up.weight == 1.0
+    assert up.batch_size == 20 and abs(up.noise_var - (1 - R**2)) < 1e-12
+    assert c.label_counts(3).sum() == 20
+    # a site's own examples: no labels, no archetypes anywhere
+    own = F.Client(ArraySource(xi.repeat(4, axis=0), 5), ConstantController(0.5), 1)
+    own.observe(1)
+    up = own.upload(np.zeros((N, N)))
+    assert up.batch_size == 5 and up.weight == 0.5 and own.label_counts(3).sum() == 0
+    with pytest.raises(ValueError, match="source is required"):
+        F.Client(None, ConstantController(1.0), 0)
+    with pytest.raises(TypeError, match="source must be a fedlam.protocol.DataSource"):
+        F.Client(xi, ConstantController(1.0), 0)
 
 
 def test_bad_inputs():

@@ -31,11 +31,12 @@ def _case(K, seed, examples):
     return xi, hebbian(X)
 
 
+@pytest.mark.parametrize("search", ["span", "lam"])
 @pytest.mark.parametrize("K", [3, 6])
 @pytest.mark.parametrize("examples", [False, True], ids=["exact", "examples"])
-def test_factorize_recovers_patterns(K, examples):
+def test_factorize_recovers_patterns(K, examples, search):
     xi, J = _case(K, 100 + K, examples)
-    res = lam.factorize(J, rng=K)
+    res = lam.factorize(J, rng=K, search=search)
     assert res.k_hat == K
     assert res.patterns.shape == (K, N) and res.patterns.dtype == np.int8
     m = magnetization(res.patterns, xi)
@@ -53,17 +54,18 @@ def test_no_spike_gives_empty_result():
     assert res.scores.shape == (0,) and res.n_candidates == 0
 
 
-def test_determinism():
+@pytest.mark.parametrize("search", ["span", "lam"])
+def test_determinism(search):
     xi, J = _case(6, 7, True)
-    a = lam.factorize(J, rng=11)
-    b = lam.factorize(J, rng=np.random.default_rng(11))
+    a = lam.factorize(J, rng=11, search=search)
+    b = lam.factorize(J, rng=np.random.default_rng(11), search=search)
     np.testing.assert_array_equal(a.patterns, b.patterns)
     np.testing.assert_array_equal(a.scores, b.scores)
 
 
 def test_k_hat_larger_than_seeds():
     xi, J = _case(6, 8, False)
-    res = lam.factorize(J, rng=1, n_seeds=1, layers=2, lam=0.5 - 1e-9, max_attempts=2)
+    res = lam.factorize(J, rng=1, search="lam", n_seeds=1, layers=2, lam=0.5 - 1e-9, max_attempts=2)
     assert res.k_hat == 6
     assert res.n_candidates == 4  # 1 seed x 2 layers x 2 attempts
     assert res.patterns.shape[0] <= 4 and res.patterns.shape[1] == N
@@ -82,7 +84,7 @@ def test_k_hat_larger_than_seeds():
 )
 def test_variants_on_exact_kernel(kw):
     xi, J = _case(3, 9, False)
-    res = lam.factorize(J, rng=2, **kw)
+    res = lam.factorize(J, rng=2, search="lam", **kw)
     assert res.k_hat == 3
     assert np.all(magnetization(res.patterns, xi) > 0.95)
     assert spurious_count(res.patterns, xi) == 0
@@ -91,7 +93,7 @@ def test_variants_on_exact_kernel(kw):
 def test_paper_score_rejects_example_patterns():
     """The paper's score with the dreamed kernel: a true pattern scores ~0.44 < tau = 0.5."""
     xi, J = _case(3, 10, True)
-    res = lam.factorize(J, rng=0, kernel="dreamed", accept="score", max_attempts=1)
+    res = lam.factorize(J, rng=0, search="lam", kernel="dreamed", accept="score", max_attempts=1)
     assert res.k_hat == 3 and res.n_accepted == 0
     assert abs(res.dreamed[0] - 3 * res.values[0] / (1 + 2 * res.values[0])) < 1e-12
     assert res.dreamed[2] < 0.5

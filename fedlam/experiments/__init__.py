@@ -14,6 +14,7 @@ notebooks with :mod:`fedlam.plotting`).
 - :mod:`fedlam.experiments.structured` — Caltech-101 silhouettes ({ref}`sec-exp-structured`)
 - :mod:`fedlam.experiments.baselines` — spectral-only, local-only and central-oracle baselines
   ({ref}`sec-exp-baselines`)
+- :mod:`fedlam.experiments.privacy` — the privacy-utility frontier of DP uploads ({ref}`sec-exp-privacy`)
 
 ``python -m fedlam.reproduce`` runs all notebooks at either preset (see :mod:`fedlam.reproduce`).
 Submodules are imported on first use.
@@ -24,7 +25,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-EXPERIMENTS: tuple[str, ...] = ("bbp", "adversarial", "drift", "novelty", "structured", "baselines")
+EXPERIMENTS: tuple[str, ...] = ("bbp", "adversarial", "drift", "novelty", "structured", "baselines",
+                                 "privacy")
 
 __all__ = list(EXPERIMENTS) + ["EXPERIMENTS"]
 

@@ -1,0 +1,132 @@
+"""Figures and the interactive explorer of the privacy chapter and experiment.
+
+Nothing here computes anything the book relies on: the figures draw arrays produced by
+:mod:`fedlam.privacy` and :mod:`fedlam.experiments.privacy`, and every function prints the numbers
+it draws (nbval compares text, not images). :func:`noised_spectrum_view` is the plot function of
+the explorer with ``epsilon`` and ``M`` sliders (``fedlam.widgets.explorer(noised_spectrum_view,
+...)``); it wraps :func:`fedlam.privacy.gaussian_mechanism`, :func:`fedlam.privacy.factorize_noised`
+and the closed forms of {ref}`sec-privacy-frontier`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from fedlam import plotting
+
+__all__ = ["plot_frontier", "plot_attack_vs_epsilon", "noised_spectrum_view"]
+
+_CASE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
+
+
+def plot_frontier(res: Any) -> Any:
+    """Three panels against epsilon: smallest magnetization over archetypes, K-hat, spurious
+    patterns; mean +- std over seeds for every (L, M), with each case's predicted threshold as a
+    dashed vertical line of the same colour. Prints the plotted means."""
+    p = res.params
+    eps = np.asarray(p.epsilons)
+    fig, axes = plt.subplots(1, 3, figsize=(14.0, 3.8))
+    k = 0
+    print("eps grid:", " ".join(f"{e:g}" for e in eps))
+    for li, L in enumerate(p.Ls):
+        for mi, M in enumerate(p.Ms):
+            col = _CASE_COLORS[k % len(_CASE_COLORS)]
+            k += 1
+            lab = f"L = {L}, M = {M}"
+            mmin = res.magnetization[:, li, mi].min(axis=-1)
+            plotting.mean_std_band(eps, mmin, ax=axes[0], color=col, label=lab)
+            plotting.mean_std_band(eps, res.k_hat[:, li, mi].astype(float), ax=axes[1], color=col)
+            plotting.mean_std_band(eps, res.spurious[:, li, mi].astype(float), ax=axes[2], color=col)
+            for ax in axes:
+                ax.axvline(res.eps_threshold[li, mi], color=col, ls="--", lw=1.2)
+            print(f"{lab}: eps* = {res.eps_threshold[li, mi]:.3g}; min m = "
+                  + " ".join(f"{v:.2f}" for v in mmin.mean(axis=0))
+                  + "; K-hat = " + " ".join(f"{v:.1f}" for v in res.k_hat[:, li, mi].mean(axis=0))
+                  + "; spurious = " + " ".join(f"{v:.1f}" for v in res.spurious[:, li, mi].mean(axis=0)))
+    axes[0].set_ylabel("smallest magnetization over archetypes")
+    axes[1].set_ylabel("K-hat")
+    axes[1].axhline(p.K, color="grey", lw=0.8)
+    axes[2].set_ylabel("spurious patterns")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("per-upload budget epsilon (delta = %g)" % p.delta)
+    axes[0].set_ylim(-0.03, 1.03)
+    axes[0].legend(fontsize=9, loc="lower right")
+    plotting.label_panels(axes)
+    return fig
+
+
+def plot_attack_vs_epsilon(res: Any) -> Any:
+    """Fraction of a small batch the attack recovers from one noised upload, against epsilon, with
+    the budget at which the span of the batch drowns (:func:`fedlam.privacy.example_critical_noise`)
+    dashed. Prints the plotted means."""
+    p = res.params
+    eps = np.asarray(p.attack_epsilons)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    print("attack eps grid:", " ".join(f"{e:g}" for e in eps))
+    for ai, Ma in enumerate(p.attack_Ms):
+        col = _CASE_COLORS[ai % len(_CASE_COLORS)]
+        plotting.mean_std_band(eps, res.attack_recovered[:, ai], ax=ax, color=col, label=f"M = {Ma}")
+        ax.axvline(res.eps_example[ai], color=col, ls="--", lw=1.2)
+        print(f"M = {Ma}: no noise {res.attack_clean[:, ai].mean():.2f}; noised: "
+              + " ".join(f"{v:.2f}" for v in res.attack_recovered[:, ai].mean(axis=0))
+              + f"; span drowns below eps = {res.eps_example[ai]:.3g}")
+    ax.set_xscale("log")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("per-upload budget epsilon (delta = %g)" % p.delta)
+    ax.set_ylabel("fraction of the batch recovered")
+    ax.legend(fontsize=9)
+    return fig
+
+
+def noised_spectrum_view(epsilon: float = 2.0, M: int = 400, N: int = 400, r: float = 0.7, K: int = 3,
+                         delta: float = 1e-5, seed: int = 0) -> Any:
+    """One client's upload through the Gaussian mechanism: its spectrum against the predictions.
+
+    Histogram of the eigenvalues of the noised operator, the predicted edge of the MP ⊞
+    semicircle bulk and the predicted outliers (:func:`fedlam.privacy.noisy_outlier`), and in
+    the title what the server recovers (K-hat, magnetizations) and what the attack recovers.
+    Prints the same numbers.
+    """
+    from fedlam import data, khat, metrics, operators, privacy
+
+    M, N, K = int(M), int(N), int(K)
+    rng = np.random.default_rng(seed)
+    xi = data.random_archetypes(K, N, rng)
+    ex, _ = data.sample_examples(xi, M, r, np.full(K, 1.0 / K), rng)
+    J = operators.hebbian(ex)
+    sigma = privacy.noise_scale(M, epsilon, delta, N=N)
+    Jn = privacy.gaussian_mechanism(J, M, epsilon, delta, seed + 1)
+    vals = np.linalg.eigvalsh(Jn)[::-1]
+    s2 = N * sigma * sigma
+    edge = privacy.noisy_edge(r, N, M, s2)
+    out = privacy.noisy_outlier(r, 1.0 / K, N, M, s2)
+    eps_star = privacy.epsilon_threshold(r, 1.0 / K, N, M, delta)
+    res = privacy.factorize_noised(Jn, seed + 2, components=[khat.Component((1 - r * r) / N, N / M)],
+                                   noise_sigma=sigma)
+    m = metrics.magnetization(res.patterns, xi)
+    n_att = 0
+    if M <= N // 4:
+        found = privacy.reconstruct_examples(Jn, M, seed + 3, noise_sigma=sigma, restarts=64, patience=1)
+        if found.shape[0]:
+            n_att = int((np.abs(found.astype(np.int64) @ ex.T.astype(np.int64)) == N).any(axis=0).sum())
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    ax.hist(vals, bins=80, color="#999999")
+    ax.axvline(edge, color="black", ls="--", lw=1.2, label=f"predicted bulk edge {edge:.3g}")
+    if out[1] > 0:
+        ax.axvline(out[0], color=plotting.COLORS.get("ours", "#0072B2"), lw=1.5,
+                   label=f"predicted outlier {out[0]:.3g} (overlap$^2$ {out[1]:.2f})")
+    ax.set_yscale("log")
+    ax.set_xlabel("eigenvalue of the noised upload (J units)")
+    ax.set_ylabel("count")
+    ax.set_title(f"eps = {epsilon:g} (threshold {eps_star:.3g}): K-hat = {res.k_hat}, "
+                 f"m = {' '.join(f'{v:.2f}' for v in m)}", fontsize=10)
+    ax.legend(fontsize=8)
+    top = " ".join(f"{v:.4f}" for v in vals[: K + 1])
+    print(f"sigma = {sigma:.3g}; top eigenvalues {top}; predicted edge {edge:.4f}, outlier "
+          f"{out[0]:.4f}; K-hat = {res.k_hat}; attack recovers {n_att} of {M} examples"
+          + ("" if M <= N // 4 else " (attack not run for M > N/4)"))
+    return fig
