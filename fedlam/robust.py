@@ -165,8 +165,8 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
             raise TypeError(f"defense_params['s'] must be an int, got {_describe(s)}")
         s = int(s)
         if s < 1 or (L is not None and s > L):
-            bound = f"[1, L] = [1, {L}]" if L is not None else ">= 1"
-            raise ValueError(f"defense_params['s'] must lie in {bound} (clients that must support a "
+            where = f"lie in [1, L] = [1, {L}]" if L is not None else "be >= 1"
+            raise ValueError(f"defense_params['s'] must {where} (clients that must support a "
                              f"pattern), got {s}")
         out["s"] = s
         out["n_sigma"] = check_in_range(out["n_sigma"], "defense_params['n_sigma']", 0.0, None)
