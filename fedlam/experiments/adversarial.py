@@ -498,7 +498,7 @@ class TradeoffParams:
 
 
 TRADEOFF_PRESETS: dict[str, TradeoffParams] = {
-    "book": TradeoffParams(N=200, M=200, T=8, seeds=2),
+    "book": TradeoffParams(N=200, M=200, T=8, seeds=1),
     "paper": TradeoffParams(),
 }
 
