@@ -58,7 +58,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import scipy.linalg
 
 from fedlam import khat
 from fedlam._eig import Spectrum, _eig_top

@@ -10,7 +10,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 
-from fedlam import data, khat, lam, operators, rmt, robust
+from fedlam import data, khat, lam, operators, robust
 
 
 @dataclass(frozen=True)

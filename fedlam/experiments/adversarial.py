@@ -22,7 +22,7 @@ is {ref}`sec-exp-adversarial`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
