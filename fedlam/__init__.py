@@ -38,6 +38,8 @@ _SUBMODULES = {
     "experiments",
     "reproduce",
     "privacy",
+    "participation",
+    "flower",
     "robust",
     "attacks",
 }

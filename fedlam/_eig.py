@@ -79,6 +79,10 @@ class Spectrum:
         return int(self.values.shape[0])
 
 
+# documented and pickled under its public home
+Spectrum.__module__ = "fedlam.spectral"
+
+
 def _eig_full(J: np.ndarray) -> Spectrum:
     """:func:`spectrum` without argument checks (for callers that validated ``J``)."""
     w, V = scipy.linalg.eigh(J, driver="evd", check_finite=False)

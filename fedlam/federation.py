@@ -524,6 +524,13 @@ class History:
         Client kinds.
     controller : str
         Controller name.
+    params : dict
+        The run's options.
+    asked, answered : list of tuple of int
+        Per round, the clients the server asked and those whose upload it used (everyone with
+        full participation). A round with fewer answers than ``participation.min_clients`` is
+        skipped: ``k_hat`` is -1 and the memory (patterns, metrics) stays that of the round
+        before.
     """
 
     k_hat: np.ndarray
@@ -544,6 +551,8 @@ class History:
     kinds: tuple = ()
     controller: str = ""
     params: dict = field(default_factory=dict)
+    asked: list = field(default_factory=list)
+    answered: list = field(default_factory=list)
 
     @property
     def T(self) -> int:
@@ -582,6 +591,21 @@ class _Recorder:
         self.fro = np.zeros(T)
         self.exposure = np.zeros((T, K))
         self.patterns: list[np.ndarray] = []
+        self.asked: list[tuple] = []
+        self.answered: list[tuple] = []
+
+    def skipped(self, t: int) -> None:
+        """A round the server skipped (too few answers): K-hat -1, the memory unchanged."""
+        N = self.archetypes.shape[1]
+        self.k_hat[t] = -1
+        if t == 0:
+            self.patterns.append(np.empty((0, N), dtype=np.int8))
+            self.fro[t] = 1.0
+            return
+        self.patterns.append(self.patterns[-1])
+        for a in (self.n_patterns, self.magnetization, self.magnetization_max, self.spurious, self.fro,
+                  self.exposure):
+            a[t] = a[t - 1]
 
     def client(self, t: int, c: int, client: Client, w: float, controlled: bool) -> None:
         self.per_client["weights"][t, c] = w
@@ -620,7 +644,7 @@ class _Recorder:
             r_used=pc["r_used"], novelty=pc["novelty"], top_eigenvalues=self.top,
             spectral_gap=self.gap, frobenius_error=self.fro, exposure=self.exposure,
             coverage=data.coverage(self.exposure), kinds=kinds, controller=controller,
-            params=params,
+            params=params, asked=self.asked, answered=self.answered,
         )
 
 
@@ -643,6 +667,7 @@ def run_federation(
     k_rule: str = "scalars",
     secure: bool = False,
     privacy: PrivacyMechanism | None = None,
+    participation: Any = None,
 ) -> History:
     """Run T rounds of the federated protocol and record everything per round.
 
@@ -695,6 +720,14 @@ def run_federation(
     privacy : PrivacyMechanism or None
         Applied by every client to every upload (e.g. the Gaussian mechanism of
         :mod:`fedlam.privacy`); the server's K-hat edge accounts for the reported noise.
+    participation : fedlam.participation.Participation or None
+        Partial participation and failures (the model of the Flower deployment, chapter 13):
+        each round the server asks a sample of the available clients; those asked draw their
+        batch and upload, some drop out; the round proceeds with the answers in client order
+        (a fixed ``aggregation`` vector is renormalised over them) or, with fewer than
+        ``min_clients``, is skipped. The sampling uses its own stream,
+        ``default_rng(seed).spawn(L + 2)[L + 1]``, as the Flower server does. None: everyone,
+        every round.
 
     Returns
     -------
@@ -732,9 +765,17 @@ def run_federation(
                          f"got {sorted(controller_params)}")
     if privacy is not None and not callable(getattr(privacy, "apply", None)):
         raise TypeError(f"privacy must have an apply(operator, batch_size, rng) method, got {_describe(privacy)}")
+    from . import participation as _part
+
+    if participation is not None and not isinstance(participation, _part.Participation):
+        raise TypeError(f"participation must be a fedlam.participation.Participation or None, "
+                        f"got {_describe(participation)}")
+    part = _part.FULL if participation is None else participation
+    part.check_clients(len(specs))
     gen = as_rng(rng)
     L = len(specs)
     streams = gen.spawn(L + 1)
+    rng_part = gen.spawn(1)[0]
     cp = dict(controller_params or {})
     server = Server(aggregation, lam_params, k_rule=k_rule, secure=secure)
     if isinstance(aggregation, np.ndarray):
@@ -754,20 +795,35 @@ def run_federation(
     k_broadcast = 0
     stream = server.k_rule == "scalars"  # sum the uploads as they arrive: O(N^2) memory
     for t in range(T):
-        for client in clients:
-            client.observe(t)
-        sizes = np.array([cl.batch_size for cl in clients], dtype=np.float64)
-        om = server.weights(L, sizes)
+        sample = part.sample_round(t, part.available(t, L), rng_part)
+        rec.asked.append(sample.asked)
+        rec.answered.append(sample.answered if sample.proceed else ())
+        ups: dict[int, Upload] = {}
+        for c in sample.asked:
+            clients[c].observe(t)
+            ups[c] = clients[c].upload(broadcast)
+        if not sample.proceed:
+            rec.skipped(t)
+            continue
+        ids = list(sample.answered)
+        sizes = np.array([clients[c].batch_size for c in ids], dtype=np.float64)
+        if isinstance(aggregation, np.ndarray) and len(ids) < L:
+            sub = aggregation[ids].astype(np.float64)
+            om = sub / sub.sum() if sub.sum() > 0 else None
+            server_t = Server(om if om is not None else "equal", lam_params, k_rule=k_rule, secure=secure)
+        else:
+            server_t = server
+        om = server_t.weights(len(ids), sizes)
         uploads = []
         total = None
-        for c, client in enumerate(clients):
-            up = client.upload(broadcast)
-            rec.client(t, c, client, up.weight, controlled=broadcast is not None)
+        for j, c in enumerate(ids):
+            up = ups[c]
+            rec.client(t, c, clients[c], up.weight, controlled=broadcast is not None)
             if stream:
-                total = server.accumulate(total, up, 1.0 / L if om is None else float(om[c]))
+                total = server_t.accumulate(total, up, 1.0 / len(ids) if om is None else float(om[j]))
                 up = up.without_operator()
             uploads.append(up)
-        rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total)
+        rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total)
         if reconstruct is not None:
             patterns = reconstruct(rr.result)
             if not isinstance(patterns, np.ndarray):
@@ -784,6 +840,7 @@ def run_federation(
     params = {"ema_alpha": ema_alpha, "w_init": w_init, "known_r": known_r,
               "controller_params": cp, "lam_params": dict(lam_params or {}),
               "k_rule": k_rule, "secure": secure, "privacy": privacy is not None,
+              "participation": None if participation is None else participation.to_dict(),
               "aggregation": aggregation if isinstance(aggregation, str) else "fixed",
               "control_round0": control_round0, "N": N, "K": K, "L": L, "T": T}
     return rec.history(tuple(s.kind for s in specs), str(controller), params)

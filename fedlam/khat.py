@@ -373,7 +373,7 @@ def k_hat_fixed(values_dreamed: Any, tau: float = 0.5) -> KHatResult:
     Parameters
     ----------
     values_dreamed : numpy.ndarray or Spectrum
-        Eigenvalues *after* dreaming (see :func:`dream_eigenvalues`).
+        Eigenvalues *after* dreaming (see :func:`fedlam.dreaming.dream_eigenvalues`).
     tau : float
         Threshold (paper: 0.5).
     """
@@ -1180,7 +1180,11 @@ def k_hat_free(
     ``J`` above ``edge (1 + margin)`` with the Tracy-Widom margin of
     :func:`free_mp_tw_scale`. Components without bulk (an upload equal to the broadcast,
     ``w = 0``; a poison client's rank-one operator) drop out. With a single component this
-    is :func:`k_hat_mp` with the bulk fitted once. Derived in {ref}`sec-bbp-threshold`.
+    is :func:`k_hat_mp` with the bulk fitted once. Components given as :class:`Component`
+    (scale and ratio already known, e.g. from the uploads' scalars,
+    :func:`components_from_uploads`) are used as they are, without any fit (then ``weights``
+    must be None: a Component's scale already includes its weight); this is
+    :func:`k_hat_components`. Derived in {ref}`sec-bbp-threshold`.
 
     Parameters
     ----------
@@ -1204,11 +1208,6 @@ def k_hat_free(
         Leading eigenvalues computed per component operator (see :func:`fit_component`).
     noise_var : float
         Eigenvalue variance of Gaussian noise added to ``J`` (see :func:`free_edge`).
-
-    Components given as :class:`Component` (scale and ratio already known, e.g. from the
-    uploads' scalars, :func:`components_from_uploads`) are used as they are, without any fit
-    (then ``weights`` must be None: a Component's scale already includes its weight); this is
-    :func:`k_hat_components`.
 
     Returns
     -------

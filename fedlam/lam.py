@@ -588,7 +588,7 @@ class FactorizeResult:
         The same eigenvalues after the dreaming flow at ``dream_time``.
     vectors : numpy.ndarray
         (N, k_hat) detected eigenvectors.
-    k_result : KHatResult
+    k_result : fedlam.khat.KHatResult
     params : LAMParams
     """
 

@@ -13,8 +13,18 @@ Usage::
 
     python -m fedlam.reproduce [--preset book|paper] [--only NAME ...] [--jobs N] [--out DIR]
                                [--param FIELD=VALUE ...] [--notebooks DIR]
+                               [--scheduler local|ADDRESS] [--workers N]
 
-Every argument is checked before any notebook starts. The experiments are described in
+Every argument is checked before any notebook starts (sizes are bounded: :data:`SIZE_LIMITS`),
+and ``--out`` is created and probed for writing before any work.
+
+``--scheduler`` spreads every experiment's seeds over a ``dask.distributed`` cluster:
+``local`` starts a ``LocalCluster`` on 127.0.0.1 with ``--workers`` single-threaded worker
+processes for the duration of the command; ``tcp://HOST:PORT`` uses a running scheduler (start
+one with ``dask scheduler`` and ``dask worker tcp://HOST:PORT`` on each machine; the same fedlam
+must be installed on the scheduler's machine and on every worker, because the scheduler unpickles
+the tasks). The notebook kernels find it through ``FEDLAM_SCHEDULER``
+(:mod:`fedlam.experiments._executor`); results do not depend on where the seeds ran. The experiments are described in
 {ref}`sec-exp-bbp` to {ref}`sec-exp-baselines`.
 
 The notebooks call :func:`save_figure` and :func:`save_results` from this module; both do nothing
@@ -44,6 +54,9 @@ __all__ = [
     "main",
     "save_figure",
     "save_results",
+    "SIZE_LIMITS",
+    "check_size_limits",
+    "start_local_cluster",
 ]
 
 #: notebook stem -> experiment module (under fedlam.experiments) whose parameters it accepts
@@ -58,6 +71,26 @@ NOTEBOOKS: dict[str, str] = {
 }
 ALIASES: dict[str, str] = {"bbp": "bbp_panel"}
 PRESET_NAMES: tuple[str, ...] = ("book", "paper")
+
+#: seconds to wait for a remote Dask scheduler to answer before giving up
+CONNECT_TIMEOUT = 10.0
+
+#: upper bounds on size parameters given with ``--param`` (a value above them would allocate
+#: tens of GB or run for days on a workstation; the paper presets stay far below)
+SIZE_LIMITS: dict[str, int] = {
+    "seeds": 1000,
+    "N": 20_000,
+    "M": 1_000_000,
+    "Ms": 1_000_000,
+    "M_total": 10_000_000,
+    "T": 10_000,
+    "L": 1_000,
+    "n_good": 1_000,
+    "K": 1_000,
+    "K_old": 1_000,
+    "K_new": 1_000,
+    "n_top": 1_000,
+}
 
 
 def save_figure(fig: Any, out_dir: str | os.PathLike | None, name: str) -> None:
@@ -130,6 +163,12 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="override a parameter in every selected notebook (VALUE parsed as JSON)")
     p.add_argument("--notebooks", default=None, help="directory holding the experiment notebooks")
     p.add_argument("--timeout", default="3600", help="per-cell timeout in seconds")
+    p.add_argument("--scheduler", default=None, metavar="local|ADDRESS",
+                   help="spread every experiment's seeds over a dask.distributed cluster: 'local' "
+                   "starts a LocalCluster on 127.0.0.1, or the address tcp://HOST:PORT of a running "
+                   "scheduler")
+    p.add_argument("--workers", default="2",
+                   help="worker processes of --scheduler local (one thread each), >= 1")
     return p
 
 
@@ -144,6 +183,8 @@ class Plan:
     notebook_dir: Path
     overrides: tuple[tuple[str, Any], ...]
     timeout: int
+    scheduler: str | None = None
+    workers: int = 2
 
 
 def _positive_int_arg(text: str, name: str) -> int:
@@ -167,6 +208,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
     out = Path(ns.out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out must be a directory, {str(out)!r} is an existing file")
+    _check_out_parent(out)
+    scheduler = _check_scheduler(ns.scheduler)
+    workers = _positive_int_arg(ns.workers, "--workers")
     nb_dir = Path(ns.notebooks).resolve() if ns.notebooks else default_notebook_dir()
     missing = [n for n in names if not (nb_dir / f"{n}.ipynb").is_file()]
     if missing:
@@ -175,9 +219,73 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
             "book/experiments of a source checkout)"
         )
     overrides = tuple(_parse_param(t) for t in ns.param)
-    plan = Plan(ns.preset, tuple(names), jobs, out, nb_dir, overrides, timeout)
+    for key, value in overrides:
+        check_size_limits(key, value)
+    plan = Plan(ns.preset, tuple(names), jobs, out, nb_dir, overrides, timeout, scheduler, workers)
     _check_overrides(plan)
     return plan
+
+
+def _check_out_parent(out: Path) -> None:
+    """The nearest existing ancestor of ``--out`` must be a directory (not a file)."""
+    anc = out
+    while not anc.exists():
+        if anc.parent == anc:
+            break
+        anc = anc.parent
+    if anc.exists() and not anc.is_dir():
+        raise ValueError(f"--out {str(out)!r} cannot be created: {str(anc)!r} is a file, not a directory")
+
+
+def _check_scheduler(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = text.strip()
+    if text == "local":
+        return text
+    if "://" not in text:
+        text = "tcp://" + text
+    scheme, _, rest = text.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme not in ("tcp", "tls", "ws", "wss", "inproc", "ucx") or not host or not port.isdigit():
+        raise ValueError(f"--scheduler must be 'local' or a scheduler address like tcp://HOST:PORT, "
+                         f"got {text!r}")
+    return text
+
+
+def check_size_limits(key: str, value: Any) -> None:
+    """Refuse a ``--param`` size above :data:`SIZE_LIMITS` (ints or tuples/lists of ints)."""
+    limit = SIZE_LIMITS.get(key)
+    if limit is None:
+        return
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue  # type errors are reported by the experiment's own validation
+        if v > limit:
+            raise ValueError(f"--param {key}={value!r}: {key} must be <= {limit:,} on this command "
+                             f"(got {v:,}); larger runs belong in a script calling the experiment's "
+                             "run() directly")
+
+
+def _prepare_out(out: Path) -> None:
+    """Create ``--out`` and check it is writable, before any work (clear error otherwise)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fedlam-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"--out {str(out)!r} is not writable: {exc.strerror or exc}") from None
+
+
+def start_local_cluster(workers: int) -> Any:
+    """A ``dask.distributed.LocalCluster`` on 127.0.0.1: ``workers`` processes, one thread each,
+    the diagnostics page on a random loopback port. The caller closes it."""
+    from distributed import LocalCluster
+
+    return LocalCluster(host="127.0.0.1", n_workers=workers, threads_per_worker=1, processes=True,
+                        dashboard_address="127.0.0.1:0")
 
 
 def _check_overrides(plan: Plan) -> None:
@@ -238,12 +346,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         import papermill  # noqa: F401
-        from tqdm.auto import tqdm
+        import tqdm  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
         print(f"error: {exc}; install the book extras: pip install -e '.[book]'", file=sys.stderr)
         return 2
+    try:
+        _prepare_out(plan.out)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     _configure_env(plan.jobs)
-    plan.out.mkdir(parents=True, exist_ok=True)
+    cluster = None
+    if plan.scheduler is not None:
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            print("error: --scheduler needs dask.distributed: pip install 'fedlam[cluster]'", file=sys.stderr)
+            return 2
+        from fedlam.experiments._executor import SCHEDULER_ENV, dask_executor
+
+        try:
+            if plan.scheduler == "local":
+                cluster = start_local_cluster(plan.workers)
+                address = cluster.scheduler_address
+            else:
+                address = plan.scheduler
+                dask_executor(address, timeout=CONNECT_TIMEOUT)  # fail now if nobody answers
+        except (OSError, TimeoutError) as exc:
+            print(f"error: --scheduler {plan.scheduler}: cannot reach a Dask scheduler ({exc})",
+                  file=sys.stderr)
+            if cluster is not None:
+                cluster.close()
+            return 2
+        os.environ[SCHEDULER_ENV] = address
+        print(f"Dask scheduler {address}", file=sys.stderr)
+    try:
+        return _run_plan(plan)
+    finally:
+        if cluster is not None:
+            os.environ.pop("FEDLAM_SCHEDULER", None)
+            cluster.close()
+
+
+def _run_plan(plan: Plan) -> int:
+    """Execute the notebooks of a validated plan and write ``summary.json``."""
+    from tqdm.auto import tqdm
+
     t0 = time.perf_counter()
     records: list[dict] = []
     args = [(n, str(plan.notebook_dir), str(plan.out), plan.preset, dict(plan.overrides), plan.timeout)
@@ -266,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = {
         "preset": plan.preset,
         "jobs": plan.jobs,
+        "scheduler": plan.scheduler,
         "overrides": dict(plan.overrides),
         "total_seconds": round(time.perf_counter() - t0, 1),
         "notebooks": records,

@@ -9,7 +9,12 @@ Each notebook runs top to bottom on a fresh kernel from the repository root's po
 (working directory = the notebook's folder, as nbval does), with ``FEDLAM_WIDGETS=static``
 (explorers render their default figure) and one BLAS thread (the setting of ``conftest.py``).
 Volatile cell metadata (execution timestamps) is removed so that a re-run with unchanged
-results leaves the file byte-identical.
+results leaves the file byte-identical. The file is also written as JupyterLab would save it
+after "Run All" (with ``FEDLAM_WIDGETS=static`` and one BLAS thread): consecutive stream outputs
+merged into one, as JupyterLab's output area does, and the notebook metadata JupyterLab writes
+(``kernelspec`` of ipykernel's ``python3``, ``language_info`` as the kernel reported it; see
+``scripts/notebook_headers.py``). So opening a re-executed notebook does not mark it modified,
+and a reader's static Run All leaves it unchanged.
 """
 
 from __future__ import annotations
@@ -35,6 +40,40 @@ def strip_volatile(nb) -> None:
         cell.metadata.pop("execution", None)
 
 
+def merge_streams(nb) -> None:
+    """Merge consecutive stream outputs of the same name, as JupyterLab's output area does.
+
+    Texts with carriage returns or backspaces are left alone (JupyterLab rewrites those).
+    """
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged: list = []
+        for out in cell.outputs:
+            prev = merged[-1] if merged else None
+            if (
+                prev is not None
+                and out.output_type == "stream"
+                and prev.output_type == "stream"
+                and prev.name == out.name
+                and not any(c in prev.text + out.text for c in "\r\b")
+            ):
+                prev.text += out.text
+            else:
+                merged.append(out)
+        cell.outputs = merged
+
+
+def jupyterlab_metadata(nb) -> None:
+    """kernelspec as JupyterLab writes it; language_info is what nbclient got from the kernel."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from notebook_headers import kernel_metadata
+
+    nb.metadata["kernelspec"] = nbformat.from_dict(kernel_metadata()["kernelspec"])
+
+
 def execute(path: pathlib.Path, timeout: int = 600) -> float:
     import nbformat
     from nbclient import NotebookClient
@@ -48,6 +87,8 @@ def execute(path: pathlib.Path, timeout: int = 600) -> float:
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     strip_volatile(nb)
+    merge_streams(nb)
+    jupyterlab_metadata(nb)
     nbformat.write(nb, path)
     return time.perf_counter() - t0
 

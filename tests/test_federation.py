@@ -302,3 +302,33 @@ def test_bad_inputs():
         F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi)], 4, 0, ema_alpha=-0.5)
     with pytest.raises(TypeError, match="rng must be"):
         F.run_federation(xi, [F.ClientSpec(r=R, mixture=pi)], 4, "seed")
+
+
+def test_partial_participation_in_process():
+    """Half of six clients asked each round, one in three dropping out, at least two answers
+    needed: skipped rounds keep the memory and report K_hat = -1; clients never asked draw no
+    batch; a fixed aggregation vector is renormalised over the answers."""
+    from fedlam.participation import Participation
+
+    T, K, L = 6, 3, 6
+    xi = data.random_archetypes(K, N, 81)
+    pi = data.static_mixture(T, L, K)
+    p = Participation(fraction=0.5, min_clients=2, dropout=1 / 3)
+    h = F.run_federation(xi, _honest(pi), T, 12, controller="novelty", participation=p,
+                         aggregation=np.full(L, 1 / L))
+    assert len(h.asked) == T and all(len(a) == 3 for a in h.asked)
+    rng = np.random.default_rng(12).spawn(L + 2)[L + 1]
+    for t in range(T):
+        s = p.sample_round(t, range(L), rng)
+        assert h.asked[t] == s.asked
+        assert h.answered[t] == (s.answered if s.proceed else ())
+        if s.proceed:
+            assert h.k_hat[t] == K and np.isnan(h.weights[t, [c for c in range(L) if c not in s.answered]]).all()
+        else:
+            assert h.k_hat[t] == -1 and np.isnan(h.weights[t]).all()
+            if t:
+                np.testing.assert_array_equal(h.patterns[t], h.patterns[t - 1])
+    assert (h.k_hat == -1).any() and (h.k_hat == K).any()  # this seed exercises both branches
+    assert h.magnetization[h.k_hat == K].min() >= 0.95
+    with pytest.raises(TypeError, match="participation must be a fedlam.participation.Participation"):
+        F.run_federation(xi, _honest(pi), T, 0, participation={"fraction": 0.5})

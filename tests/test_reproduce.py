@@ -82,3 +82,80 @@ def test_end_to_end_tiny_bbp(tmp_path):
     assert results["params"]["N"] == 60 and results["params"]["Ms"] == [60, 120]
     for stem in ("bbp_panel_A", "bbp_panel_B", "bbp_panel_C"):
         assert (nb_dir / f"{stem}.png").is_file() and (nb_dir / f"{stem}.pdf").is_file()
+
+
+# --- bad input caught before any work (issue 8 §4), and the Dask scheduler option --------------
+
+@pytest.mark.parametrize(
+    "param, name",
+    [("seeds=100000", "seeds"), ("N=10000000", "N"), ("Ms=[60, 1e12]", "Ms"), ("T=1000000", "T")],
+)
+def test_sizes_bounded_before_work(tmp_path, capsys, param, name):
+    out = tmp_path / "never"
+    assert reproduce.main(["--only", "bbp", "--param", param, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--param {name}=" in err and "must be <=" in err
+    assert not out.exists()
+
+
+def test_out_under_a_file_is_refused(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        reproduce.parse_args(["--out", str(f / "sub" / "dir")])
+
+
+def test_out_unwritable_gives_clear_error(capsys):
+    # /proc refuses new directories even for root: no traceback, exit code 2
+    assert reproduce.main(["--only", "drift", "--out", "/proc/fedlam-reproduce-test"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "not writable" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["nohost", "tcp://:80", "http://x:1", "tcp://x:port"])
+def test_scheduler_address_validated(value):
+    with pytest.raises(ValueError, match="--scheduler"):
+        reproduce.parse_args(["--scheduler", value])
+
+
+def test_scheduler_parsed(tmp_path):
+    plan = reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "127.0.0.1:8786", "--workers", "3"])
+    assert plan.scheduler == "tcp://127.0.0.1:8786" and plan.workers == 3
+    assert reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "local"]).scheduler == "local"
+    with pytest.raises(ValueError, match="--workers"):
+        reproduce.parse_args(["--scheduler", "local", "--workers", "0"])
+
+
+def test_unreachable_scheduler_clear_error(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc = reproduce.main(["--only", "drift", "--out", str(tmp_path / "o"),
+                         "--scheduler", f"tcp://127.0.0.1:{port}"])
+    assert rc == 2
+    assert "cannot reach a Dask scheduler" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_end_to_end_tiny_on_local_dask_cluster(tmp_path):
+    """--scheduler local: a LocalCluster on 127.0.0.1 serves the notebook's seeds; the result
+    equals the serial run's and no worker outlives the command."""
+    pytest.importorskip("distributed")
+    import psutil
+
+    base = ["--only", "drift", "--param", "seeds=2", "--param", "N=40", "--param", "T=4",
+            "--param", "M=30", "--param", 'controllers=[0.0, "novelty"]']
+    outs = {}
+    for name, extra in (("serial", []), ("dask", ["--scheduler", "local", "--workers", "2"])):
+        out = tmp_path / name
+        proc = subprocess.run([sys.executable, "-m", "fedlam.reproduce", *base, "--out", str(out), *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["scheduler"] == (None if name == "serial" else "local")
+        outs[name] = json.loads((out / "drift" / "results.json").read_text())
+    assert outs["serial"] == outs["dask"]
+    assert not [p for p in psutil.Process().children(recursive=True) if "distributed" in " ".join(p.cmdline())]

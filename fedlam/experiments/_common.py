@@ -12,8 +12,9 @@ import dataclasses
 import json
 import math
 import numbers
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -115,6 +116,8 @@ class JsonResult:
 
     def to_dict(self) -> dict:
         """JSON-serialisable dictionary of every field (arrays as nested lists)."""
+        if not dataclasses.is_dataclass(self):
+            raise TypeError(f"JsonResult is a mixin for dataclasses; {type(self).__name__} is not one")
         return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 

@@ -1,0 +1,192 @@
+"""The ServerApp's round loop (fedlam.flower.coordinator) driven by a fake Grid, in-process.
+
+The sites answer through fedlam.flower.site.handle exactly as a SuperNode's ClientApp does
+(same records, same pickled client state), so these tests check the protocol, the sampling,
+timeouts and minimum counts, and the equality with run_federation without starting processes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from fedlam.flower import config as C  # noqa: E402
+from fedlam.flower import coordinator, history, testing  # noqa: E402
+
+L, N, K, T, M, R = 3, 48, 3, 3, 60, 0.8
+
+
+def _setup(seed=3, rounds=T, L=L, mixture="uniform", **run):
+    rc = {"rounds": rounds, "seed": seed, "num-clients": L, "N": N, "archetypes": "random",
+          "archetype-seed": 7, "K": K, **run}
+    nodes = [C.node_config_for_site(client_index=c, M=M, r=R, archetype_seed=7, K=K, N=N, mixture=mixture)
+             for c in range(L)]
+    return rc, nodes
+
+
+def _serve(rc, nodes, node_kw=None):
+    node_kw = node_kw or {}
+    fakes = [testing.FakeNode(1000 + 7 * c, cfg, **node_kw.get(c, {})) for c, cfg in enumerate(nodes)]
+    logs = []
+    h = coordinator.serve(testing.FakeGrid(fakes, rc), rc, log=logs.append)
+    return h, fakes, logs
+
+
+@pytest.mark.parametrize("seed, mixture", [(3, "uniform"), (4, "class"), (5, "drift")])
+def test_bit_identical_to_run_federation_float64(seed, mixture):
+    rc, nodes = _setup(seed=seed, mixture=mixture, precision="float64", rounds=4)
+    h, _, _ = _serve(rc, nodes)
+    cmp = history.compare(h, history.reference_history(rc, nodes))
+    assert cmp["identical"], cmp
+
+
+def test_float32_uploads_measured_against_float64():
+    """float32 rounding (relative 2**-24 per entry) is far below the spectral gaps here: the same
+    K-hat and magnetizations as the exact run (a regression check of the default precision)."""
+    rc64, nodes = _setup(precision="float64")
+    rc32, _ = _setup(precision="float32")
+    a64 = history.arrays(_serve(rc64, nodes)[0])
+    a32 = history.arrays(_serve(rc32, nodes)[0])
+    assert np.array_equal(a64["k_hat"], a32["k_hat"])
+    assert np.array_equal(a64["magnetization"], a32["magnetization"])
+    assert np.all(a32["bytes_received"] == L * (N * (N + 1) // 2 * 4 + 128))  # .npy header 128 bytes
+
+
+def test_partial_participation_matches_model():
+    """fraction 2/3 of 3 sites: 2 asked each round, drawn from the participation stream."""
+    from fedlam.participation import Participation
+
+    rc, nodes = _setup(fraction=2 / 3, rounds=4, precision="float64")
+    h, fakes, _ = _serve(rc, nodes)
+    rng = np.random.default_rng(rc["seed"]).spawn(L + 2)[L + 1]
+    p = Participation(fraction=2 / 3)
+    for t, r in enumerate(h["rounds"]):
+        s = p.sample_round(t, range(L), rng)
+        assert r["asked"] == list(s.asked) == r["answered"] and len(s.asked) == 2
+        assert all(np.isnan(r["weights"][c]) for c in range(L) if c not in s.asked)
+    # a site never asked in a round drew nothing: rounds handled = rounds asked
+    for c, f in enumerate(fakes):
+        assert [t for t in f.handled if t is not None] == [r["t"] for r in h["rounds"] if c in r["asked"]]
+
+
+@pytest.mark.parametrize("run", [{"fraction": 2 / 3}, {"fraction": 2 / 3, "min-clients": 2}])
+def test_partial_participation_bit_identical_to_run_federation(run):
+    """run_federation(participation=...) is the in-process model of the deployment: same
+    sampling stream, same clients asked, same uploads used, same memory."""
+    rc, nodes = _setup(rounds=5, precision="float64", **run)
+    h, _, _ = _serve(rc, nodes)
+    ref = history.reference_history(rc, nodes)
+    cmp = history.compare(h, ref)
+    assert cmp["identical"], cmp
+    assert [list(a) for a in ref.answered] == [r["answered"] for r in h["rounds"]]
+    assert ref.params["participation"]["fraction"] == pytest.approx(2 / 3)
+
+
+def test_silent_site_is_dropped_after_timeout_and_run_goes_on():
+    rc, nodes = _setup(rounds=4, **{"round-timeout": 0.3, "min-clients": 2})
+    h, _, logs = _serve(rc, nodes, {2: {"silent_from_round": 1}})
+    assert [r["answered"] for r in h["rounds"]] == [[0, 1, 2], [0, 1], [0, 1], [0, 1]]
+    assert [r["lost"] for r in h["rounds"]] == [[], [2], [2], [2]]
+    assert all(not r["skipped"] for r in h["rounds"]) and h["completed"]
+
+
+def test_round_skipped_below_minimum_and_broadcast_kept():
+    rc, nodes = _setup(rounds=3, **{"round-timeout": 0.2, "min-clients": 3})
+    h, _, logs = _serve(rc, nodes, {1: {"fail_on_round": 1}})
+    r0, r1, r2 = h["rounds"]
+    assert r1["skipped"] and r1["k_hat"] is None and r1["patterns"] == r0["patterns"]
+    assert not r2["skipped"]
+    assert any("simulated failure" in m for m in logs) and any("skipped" in m for m in logs)
+
+
+def test_late_joiner_enters_when_it_connects():
+    rc, nodes = _setup(rounds=8, **{"min-clients": 2, "wait-timeout": 0.5})
+    # node 2 becomes visible from the 9th get_node_ids() call: after the server stopped waiting
+    # (at most 0.5 s / 0.2 s + 1 = 4 calls) and round 0 started without it
+    h, fakes, _ = _serve(rc, nodes, {2: {"join_call": 8}})
+    assert h["rounds"][0]["available"] == [0, 1]
+    joined = [r["t"] for r in h["rounds"] if 2 in r["answered"]]
+    assert joined and joined == list(range(joined[0], 8))
+    # its first upload is a round-0-style local operator blended against the current broadcast
+    assert h["rounds"][joined[0]]["weights"][2] == h["rounds"][joined[0]]["weights"][2]  # defined
+
+
+def test_too_few_sites_fail_clearly():
+    rc, nodes = _setup(**{"min-clients": 4, "wait-timeout": 0.3})
+    with pytest.raises(coordinator.FederationFailed, match="min-clients = 4"):
+        _serve(rc, nodes)
+
+
+def test_site_with_other_N_or_taken_index_is_not_admitted():
+    rc, nodes = _setup(rounds=1, **{"num-clients": 2, "wait-timeout": 0.3})
+    other = C.node_config_for_site(client_index=0, M=M, r=R, archetype_seed=7, K=K, N=N, mixture="uniform")
+    bigger = C.node_config_for_site(client_index=1, M=M, r=R, archetype_seed=7, K=K, N=N + 2)
+    h, _, logs = _serve(rc, [nodes[0], nodes[1], other, bigger])
+    assert h["rounds"][0]["answered"] == [0, 1]
+    assert any("already taken" in m for m in logs) and any(f"N = {N + 2}" in m for m in logs)
+
+
+def test_low_rank_uploads_cost_and_effect():
+    rc, nodes = _setup(rank=6, precision="float32", rounds=2)
+    h, _, _ = _serve(rc, nodes)
+    r = h["rounds"][-1]
+    assert r["bytes_received"] == L * ((N * 6 * 4 + 128) + (6 * 8 + 128))
+    assert r["k_hat"] >= 0  # the server copes with rank-deficient uploads (no crash)
+
+
+def test_site_rejects_unknown_operation():
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fedlam.flower.site import handle
+
+    rc, nodes = _setup()
+    with pytest.raises(ValueError, match="unknown fedlam operation"):
+        handle(RecordDict({"fedlam": ConfigRecord({"op": "steal"})}), nodes[0], rc, RecordDict())
+
+
+def test_privacy_option_passes_through_bit_identical():
+    """client-options {"privacy": {"factory": ...}} builds the same mechanism as run_federation(privacy=)."""
+    import json
+
+    from fedlam import data, federation, privacy
+
+    priv = {"factory": "fedlam.privacy.GaussianMechanism", "epsilon": 8.0, "delta": 1e-5, "rounds": 3}
+    rc, nodes = _setup(precision="float64", **{"client-options": json.dumps({"privacy": priv})})
+    h, _, _ = _serve(rc, nodes)
+    xi = data.random_archetypes(K, N, 7)
+    specs = [federation.ClientSpec(r=R, M=M, mixture=np.full((T, K), 1 / K)) for _ in range(L)]
+    ref = federation.run_federation(xi, specs, T, rc["seed"],
+                                    privacy=privacy.GaussianMechanism(epsilon=8.0, delta=1e-5, rounds=3))
+    assert history.compare(h, ref)["identical"]
+    assert all(r["k_hat"] is not None for r in h["rounds"])
+
+
+def test_factory_must_live_in_fedlam():
+    from fedlam.flower.site import instantiate
+
+    with pytest.raises(ValueError, match="inside fedlam"):
+        instantiate({"factory": "os.system", "command": "true"})
+    with pytest.raises(ValueError, match="cannot be imported"):
+        instantiate({"factory": "fedlam.nothing.Here"})
+    assert instantiate({"a": [1, {"b": 2}]}) == {"a": [1, {"b": 2}]}
+
+
+def test_file_sources_run(tmp_path):
+    """Sites with their own .npz files (no archetypes anywhere): the run completes and finds them."""
+    from fedlam import data
+
+    xi = data.random_archetypes(K, N, 1)
+    nodes = []
+    for c in range(L):
+        ex, lab = data.sample_examples(xi, 300, 0.8, np.full(K, 1 / K), np.random.default_rng(c))
+        np.savez(tmp_path / f"site{c}.npz", examples=ex, labels=lab)
+        nodes.append(C.node_config_for_site(client_index=c, M=M, path=str(tmp_path / f"site{c}.npz")))
+    rc = {"rounds": 3, "seed": 0, "num-clients": L, "N": N}
+    h, _, _ = _serve(rc, nodes)
+    assert "magnetization" not in h["rounds"][-1]  # the server knows no archetypes
+    from fedlam import metrics
+
+    pats = np.array(h["rounds"][-1]["patterns"], dtype=np.int8)
+    assert h["rounds"][-1]["k_hat"] == K and metrics.magnetization(pats, xi).min() > 0.9
