@@ -164,7 +164,8 @@ class AdversarialParams:
         Bits the ``"targeted"`` attacker flips in the archetype it corrupts.
     t_new : int or None
         Round at which a new archetype appears at good client 0 (it reaches good client ``c`` at
-        ``t_new + c * spread``); None: no new archetype.
+        ``t_new + c * spread``); None (default): no new archetype. The presets set it (book 2,
+        paper 3).
     spread, pi_new
         See :func:`spreading_novelty`.
     seeds : int
@@ -187,7 +188,7 @@ class AdversarialParams:
     trim: float = 0.2
     n_colluders: int = 2
     flip_fraction: float = 0.15
-    t_new: int | None = 3
+    t_new: int | None = None
     spread: int = 2
     pi_new: float = 0.25
     seeds: int = 20
@@ -217,8 +218,6 @@ class AdversarialParams:
         check_positive_int(self.spread, "spread")
         check_in_range(self.pi_new, "pi_new", 0.0, 1.0, low_open=True, high_open=True)
         check_positive_int(self.seeds, "seeds")
-        if "krum" in self.defenses and self.n_good < 3:
-            raise ValueError(f"defense 'krum' needs at least 3 clients, so n_good >= 3, got n_good = {self.n_good}")
 
     @property
     def L(self) -> int:
@@ -238,7 +237,7 @@ class AdversarialParams:
 
 PRESETS: dict[str, AdversarialParams] = {
     "book": AdversarialParams(N=200, M=200, T=8, t_new=2, seeds=2),
-    "paper": AdversarialParams(),
+    "paper": AdversarialParams(t_new=3),
 }
 
 
@@ -255,7 +254,8 @@ class AdversarialResult(JsonResult):
     ----------
     params : AdversarialParams
     weights : (S, A, D, C, T, L_max) w_c(t); adversaries are the last clients (NaN columns when a
-        run has fewer clients; NaN entries for poisoners, which do not blend).
+        run has fewer clients; NaN entries for poisoners, which do not blend). A run that cannot
+        exist (Krum with fewer than three clients) is NaN everywhere (zeros in the int arrays).
     magnetization : (S, A, D, C, T, K_total); the new archetype (if any) is the last column.
     k_hat, spurious, n_patterns : (S, A, D, C, T).
     fake_in_memory : (S, A, D, C, T) 1.0 / 0.0 whether the adversary's fake is stored
@@ -336,7 +336,7 @@ def _run_seed(p: AdversarialParams, seed_xi: int, seed_fed: int) -> dict:
     seed_a = _attacker_seed(seed_fed)
     out = {
         "weights": np.full((A, D, C, T, p.L_max), np.nan),
-        "magnetization": np.zeros((A, D, C, T, Kt)),
+        "magnetization": np.full((A, D, C, T, Kt), np.nan),
         "k_hat": np.zeros((A, D, C, T), dtype=np.int64),
         "spurious": np.zeros((A, D, C, T), dtype=np.int64),
         "n_patterns": np.zeros((A, D, C, T), dtype=np.int64),
@@ -348,6 +348,8 @@ def _run_seed(p: AdversarialParams, seed_xi: int, seed_fed: int) -> dict:
         specs = good + adv
         for di, dname in enumerate(p.defenses):
             dparams = _defense_params(p, dname, len(specs))
+            if dname == "krum" and len(specs) < 3:
+                continue  # Krum needs L - f - 2 >= 1 neighbours: not defined for two clients (NaN)
             for ci, ctrl in enumerate(p.controllers):
                 h = federation.run_federation(
                     xi, specs, T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r,
