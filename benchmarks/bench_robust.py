@@ -13,11 +13,11 @@ Run:  python benchmarks/bench_robust.py
 from __future__ import annotations
 
 import numpy as np
+from _common import best_of, client_operators
 
 from fedlam import attacks, operators
 from fedlam.federation import Server
 from fedlam.protocol import Upload
-from _common import best_of, client_operators
 
 N, K, L, M_c, r = 1000, 3, 5, 800, 0.9
 
@@ -45,7 +45,7 @@ def main() -> None:
         ups = uploads(ops, 0.5, bc, poison)
         out = {}
 
-        def make(d):
+        def make(d, ups=ups, bc=bc, out=out):
             def f():
                 kw = {"broadcast": bc} if d is not None else {}
                 out[d] = servers[d].round(ups, np.random.default_rng(0), **kw)
@@ -58,7 +58,7 @@ def main() -> None:
             rr = out[d]
             fake = attacks.fake_pattern(7, N)
             stored = attacks.fake_in_memory(rr.patterns, fake, xi) if poison else False
-            print(f"  defense={str(d):8s}: {t[str(d)]:7.3f} s = {t[str(d)] / base:5.2f} x no defence; "
+            print(f"  defense={d!s:8s}: {t[str(d)]:7.3f} s = {t[str(d)] / base:5.2f} x no defence; "
                   f"{rr.patterns.shape[0]} patterns stored, fake stored: {stored}")
 
 

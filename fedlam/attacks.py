@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -96,8 +96,9 @@ def _pattern_operator(x: np.ndarray) -> np.ndarray:
 def _replace(upload: Any, **changes: Any) -> Any:
     """A copy of the (frozen dataclass) upload with some fields changed."""
     if not dataclasses.is_dataclass(upload):
-        raise TypeError(f"the honest upload must be a dataclass such as fedlam.protocol.Upload, got {_describe(upload)}")
-    return dataclasses.replace(upload, **changes)
+        raise TypeError(f"the honest upload must be a dataclass such as fedlam.protocol.Upload, "
+                        f"got {_describe(upload)}")
+    return dataclasses.replace(cast(Any, upload), **changes)
 
 
 def _check_seed(seed: Any) -> int:
@@ -265,7 +266,7 @@ class Targeted(Behaviour):
     def _ref_and_flips(self, N: int) -> tuple[np.ndarray, np.ndarray]:
         gen = np.random.default_rng(self.seed)
         ref = gen.standard_normal(N)
-        flips = gen.permutation(N)[: int(math.floor(self.flip_fraction * N))]
+        flips = gen.permutation(N)[: math.floor(self.flip_fraction * N)]
         return ref, flips
 
     def corrupt(self, patterns: np.ndarray) -> np.ndarray | None:
@@ -288,7 +289,9 @@ class Targeted(Behaviour):
         N = archetypes.shape[1]
         ref, _ = self._ref_and_flips(N)
         target = int(np.argmax(np.abs(archetypes.astype(np.float64) @ ref)))
-        return self.corrupt(archetypes), target
+        fake = self.corrupt(archetypes)
+        assert fake is not None  # archetypes has at least one row
+        return fake, target
 
     def apply(self, view: HonestView) -> Any:
         from fedlam import lam

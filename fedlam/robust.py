@@ -54,8 +54,9 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -207,7 +208,7 @@ def _check_uploads(uploads: Any) -> tuple[list[np.ndarray], int]:
         elif op.shape[0] != N:
             raise ValueError(f"uploads[{i}].operator must be ({N}, {N}) like uploads[0], got {op.shape}")
         ops.append(op)
-    if N < 2:
+    if N is None or N < 2:
         raise ValueError(f"uploads must have dimension N >= 2, got N = {N}")
     return ops, int(N)
 
@@ -382,7 +383,7 @@ def additive_spike_outlier(theta: float, components: Sequence[khat.Component],
 def mean_aggregate(ops: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
     """``sum_c weights_c ops_c`` (no checks; the paper's aggregation, eq. ``server_agg``)."""
     J = np.multiply(ops[0], weights[0])
-    for w, op in zip(weights[1:], ops[1:]):
+    for w, op in zip(weights[1:], ops[1:], strict=True):
         J += w * op
     return J
 
@@ -432,7 +433,7 @@ def entrywise_median(ops: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _trim_count(L: int, trim: float) -> int:
-    return int(math.floor(trim * L))
+    return math.floor(trim * L)
 
 
 def entrywise_trimmed_mean(ops: Sequence[np.ndarray], trim: float) -> np.ndarray:
@@ -600,7 +601,7 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
     d = Q.shape[1]
     AQ = broadcast @ Q if (broadcast is not None and d) else None
     P, n_cert, thr, ritz = [], np.zeros(len(ops), dtype=np.int64), np.full(len(ops), np.nan), []
-    for c, (u, U) in enumerate(zip(uploads, ops)):
+    for c, (u, U) in enumerate(zip(uploads, ops, strict=True)):
         t = upload_threshold(u, N, n_sigma)
         thr[c] = t
         if not math.isfinite(t) or d == 0:
@@ -715,7 +716,8 @@ def _candidate_directions(P: Sequence[np.ndarray], Gm: np.ndarray, s: int, rho: 
     return np.hstack(cols) if cols else np.zeros((d, 0))
 
 
-def _vote_counts(Y: np.ndarray, P: Sequence[np.ndarray], Gm: np.ndarray, s: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
+def _vote_counts(Y: np.ndarray, P: Sequence[np.ndarray], Gm: np.ndarray, s: int,
+                 rho: float) -> tuple[np.ndarray, np.ndarray]:
     """Per column of Y (normalised in-span parts): fractions ``||P_c y||^2`` (n, L) and vote counts."""
     nrm = np.einsum("ij,ij->j", Y, Y)
     nrm = np.where(nrm > 0, nrm, 1.0)
@@ -778,7 +780,9 @@ def support_filter(candidates: np.ndarray, uploads: Sequence[Any], params: Mappi
     """
     if candidates is None:
         raise TypeError("candidates must be a (C, N) array of +-1 patterns, got None")
-    return support_test(candidates, uploads, params, broadcast=broadcast, basis=basis).accepted
+    acc = support_test(candidates, uploads, params, broadcast=broadcast, basis=basis).accepted
+    assert acc is not None  # candidates were given
+    return acc
 
 
 def _top_spectrum_for(J: np.ndarray, comps: list, noise_var: float, n_sigma: float) -> tuple[Spectrum, int]:

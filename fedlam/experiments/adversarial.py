@@ -36,8 +36,10 @@ from fedlam.experiments._common import (
     check_int_tuple,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 
 __all__ = [
@@ -288,22 +290,27 @@ def _adversary_specs(p: AdversarialParams, attack: str, mix_attacker: np.ndarray
     """Specs of the adversarial clients and the fake they push (None if there is none)."""
     from fedlam import attacks, federation
 
-    honest_data = dict(r=p.r_good, M=p.M, mixture=mix_attacker)
+    def spec(behaviour: Any = None, kind: str = "honest") -> Any:
+        """A client with honest data (the attackers are compromised clients) and a behaviour."""
+        if behaviour is None:
+            return federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix_attacker, kind=kind)
+        return federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix_attacker, kind=kind, behaviour=behaviour)
+
     if attack == "none":
         return [], None
     if attack == "noise":
         return [federation.ClientSpec(r=p.attacker_r, M=p.M, kind="noise")], None
     if attack == "flip":
-        return [federation.ClientSpec(**honest_data, kind="flip")], None
+        return [spec(kind="flip")], None
     if attack in ("poison", "collude"):
-        beh = attacks.Poison(seed=seed_a)
+        poison = attacks.Poison(seed=seed_a)
         k = p.n_colluders if attack == "collude" else 1
-        return [federation.ClientSpec(**honest_data, behaviour=beh) for _ in range(k)], beh.fake(p.N)
+        return [spec(poison) for _ in range(k)], poison.fake(p.N)
     if attack == "hidden":
-        beh = attacks.Hidden(seed=seed_a)
-        return [federation.ClientSpec(**honest_data, behaviour=beh)], beh.fake(p.N)
-    beh = attacks.Targeted(seed=seed_a, flip_fraction=p.flip_fraction)
-    return [federation.ClientSpec(**honest_data, behaviour=beh)], beh.fake_for(xi_old)[0]
+        hidden = attacks.Hidden(seed=seed_a)
+        return [spec(hidden)], hidden.fake(p.N)
+    targeted = attacks.Targeted(seed=seed_a, flip_fraction=p.flip_fraction)
+    return [spec(targeted)], targeted.fake_for(xi_old)[0]
 
 
 def _defense_params(p: AdversarialParams, dname: str, L: int) -> dict | None:
@@ -628,8 +635,10 @@ def run_tradeoff(params: TradeoffParams, rng: Any, executor: Any = None) -> Trad
             summary[f"{sc}/{dname}"] = e
     for ii, s in enumerate(p.s_values):
         summary[f"s={s}"] = {
-            "recovered_by_holders": {str(h): float(np.nanmean(st["hold"][:, ii, hi])) for hi, h in enumerate((1, 2, 3))},
-            "fake_stored_by_colluders": {str(k): float(st["fake"][:, ii, ki].mean()) for ki, k in enumerate(p.colluders)},
+            "recovered_by_holders": {str(h): float(np.nanmean(st["hold"][:, ii, hi]))
+                                     for hi, h in enumerate((1, 2, 3))},
+            "fake_stored_by_colluders": {str(k): float(st["fake"][:, ii, ki].mean())
+                                         for ki, k in enumerate(p.colluders)},
         }
     return TradeoffResult(params=p, magnetization=st["magnetization"], spurious=st["spurious"],
                           latency=st["latency"], holders_recovered=st["hold"], fake_stored=st["fake"],
