@@ -72,7 +72,8 @@ __all__ = [
     "k_hat_components",
     "components_from_uploads",
     "client_noise_var",
-    "pm1_ratio",
+    "pm1_kurtosis",
+    "kurtosis_edge_shift",
     "outlier_overlaps",
     "BulkComponent",
     "fit_component",
@@ -698,16 +699,22 @@ class Component:
         negated upload has a negative scale; 0 means no bulk (e.g. a broadcast ``xi^T xi / N``).
     ratio : float
         Aspect ratio ``q = N / M > 0``.
+    kurtosis : float
+        Excess kurtosis ``E z^4 / s2^2 - 3`` of the noise entries (0: Gaussian; +-1 data with
+        bulk variance ``s2``: ``4 / s2 - 6``, see :func:`pm1_kurtosis`). It moves the edge of a
+        finite-N aggregate at first order in ``1 / N`` (:func:`kurtosis_edge_shift`).
     """
 
     scale: float
     ratio: float
+    kurtosis: float = 0.0
 
     def __post_init__(self) -> None:
         check_real(self.scale, "scale")
         check_in_range(self.ratio, "ratio", 0.0, None, low_open=True)
         if math.isinf(float(self.ratio)):
             raise ValueError(f"ratio must be finite, got {self.ratio!r}")
+        check_in_range(self.kurtosis, "kurtosis", -2.0, None)
 
 
 def _component_arrays(components: Any, noise_var: Any) -> tuple[np.ndarray, np.ndarray, float]:
@@ -723,6 +730,26 @@ def _component_arrays(components: Any, noise_var: Any) -> tuple[np.ndarray, np.n
     a = np.array([float(c.scale) for c in components], dtype=np.float64)
     q = np.array([float(c.ratio) for c in components], dtype=np.float64)
     return a, q, v
+
+
+def _kurtosis_of(components: Sequence[Component]) -> np.ndarray:
+    return np.array([float(c.kurtosis) for c in components], dtype=np.float64)
+
+
+def _edge_shift(a: np.ndarray, q: np.ndarray, k: np.ndarray, v: float, N: int) -> float:
+    """First-order edge shift from the entries' fourth cumulants (see :func:`kurtosis_edge_shift`)."""
+    pos = a > 0
+    if not np.any(pos & (k != 0)):
+        return 0.0
+    edge, G, _ = _free_edge(a, q, v)
+    if not (edge > 0) or not np.isfinite(G):
+        return 0.0
+    a, q, k = a[pos], q[pos], k[pos]
+    th = a * q
+    d = 1.0 - th * G
+    num = 2.0 * G / N * float(np.sum(k * a * th / d**3))
+    den = 1.0 + float(np.sum(a / d**2)) / edge
+    return num / den
 
 
 def free_edge(components: Sequence[Component], noise_var: float = 0.0) -> float:
@@ -766,11 +793,77 @@ def free_tw_scale(components: Sequence[Component], N: int, noise_var: float = 0.
     return _tw_scale_from_curvature(_free_edge(a, q, v)[2], N)
 
 
+def kurtosis_edge_shift(components: Sequence[Component], kurtosis: Any = None, N: int | None = None,
+                        noise_var: float = 0.0) -> tuple[float, float]:
+    """Free edge of the components and its first-order shift from the entries' fourth cumulant.
+
+    The free edge (:func:`free_edge`) is the limit law's. For entries with excess kurtosis
+    ``k_c`` (+-1 data: ``4 / s2_c - 6``; -2 for uniform +-1) the edge of the finite-N aggregate
+    moves by
+
+    ``delta = (2 G / N) sum_c k_c a_c theta_c / (1 - theta_c G)^3 / (1 + sum_c a_c / (1 - theta_c G)^2 / edge)``
+
+    with ``a_c`` the components' scales, ``theta_c = a_c q_c`` their jumps and ``G`` the
+    critical point of the edge (first order in ``k / N``; from the fourth-cumulant term of the
+    self-consistent equation of the linearised sample covariance). One component gives
+    ``edge sqrt(q) k / N`` -- at r = 0.9 (k = 15), N = 300, q = 0.5 about three Tracy-Widom
+    scales, which a K-hat margin of four cannot absorb; identical components give the pooled
+    law's shift. With Gaussian noise in the aggregate (``noise_var > 0``, zero excess
+    kurtosis) the same expression is evaluated at the critical point of the full edge.
+    Derived in {ref}`sec-many-clients`.
+
+    Parameters
+    ----------
+    components : sequence of Component
+        Positive scales only.
+    kurtosis : float, sequence of float or None
+        Excess kurtosis per component (or one for all), each >= -2; None: the components' own
+        ``kurtosis`` fields.
+    N : int
+        Dimension.
+    noise_var : float
+        Eigenvalue variance of added Gaussian noise.
+
+    Returns
+    -------
+    (edge, shift) : tuple of float
+    """
+    if isinstance(components, Component) or not isinstance(components, Sequence) or not components:
+        raise TypeError(f"components must be a non-empty list of fedlam.khat.Component, got {type(components).__name__}")
+    a, q, v = _component_arrays(components, noise_var)
+    N = check_positive_int(N, "N", minimum=2)
+    if np.any(a <= 0):
+        raise ValueError("components must have positive scales")
+    if kurtosis is None:
+        k = _kurtosis_of(components)
+    else:
+        k = np.broadcast_to(np.asarray(kurtosis, dtype=np.float64), a.shape) if np.ndim(kurtosis) == 0 \
+            else np.asarray(kurtosis, dtype=np.float64)
+        if k.shape != a.shape or not np.all(np.isfinite(k)) or np.any(k < -2.0):
+            raise ValueError(f"kurtosis must be one number or {a.size} numbers, each >= -2, got {kurtosis!r}")
+    edge = _free_edge(a, q, v)[0]
+    return float(edge), float(_edge_shift(a, q, k, v, N))
+
+
+def pm1_kurtosis(s2: float) -> float:
+    """Excess kurtosis ``4 / s2 - 6`` of the noise of a +-1 entry with bulk variance ``s2``.
+
+    A +-1 entry with conditional mean ``m`` has noise ``z = eta - m`` of variance
+    ``s2 = 1 - m^2`` and fourth moment ``E z^4 = s2 (1 + 3 m^2)``, so
+    ``E z^4 / s2^2 - 3 = (1 + 3 (1 - s2)) / s2 - 3 = 4 / s2 - 6``: 15 at r = 0.9, -2 for
+    uniform noise. Derived in {ref}`sec-many-clients`.
+    """
+    s2 = check_in_range(s2, "s2", 0.0, 1.0, low_open=True)
+    return 4.0 / s2 - 6.0
+
+
 def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: float | None,
-                n_sigma: float, max_k: int | None, method: str) -> KHatResult:
+                n_sigma: float, max_k: int | None, method: str, k: np.ndarray | None = None) -> KHatResult:
     """Count the eigenvalues above the free edge of ``(a, q, v)`` plus a Tracy-Widom margin."""
     N = spec.n
     edge, _, x2 = _free_edge(a, q, v)
+    shift = _edge_shift(a, q, k, v, N) if k is not None else 0.0
+    edge = edge + shift
     s = _tw_scale_from_curvature(x2, N)
     rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
@@ -791,7 +884,8 @@ def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: 
         q=float(q_eff),
         method=method,
         details={"edge": float(edge), "edge_mp": float(edge_mp), "margin": float(rel), "tw_scale": s,
-                 "scales": a, "ratios": q, "noise_var": float(v), "max_k": kmax, "truncated": truncated},
+                 "scales": a, "ratios": q, "noise_var": float(v), "max_k": kmax, "truncated": truncated,
+                 "kurtosis_shift": float(shift)},
     )
 
 
@@ -850,32 +944,7 @@ def k_hat_components(
     if margin is not None:
         margin = check_in_range(margin, "margin", 0.0, None)
     n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
-    return _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="components")
-
-
-def pm1_ratio(N: int, M: int, s2: float) -> float:
-    """Effective aspect ratio of the noise bulk of ``M`` +-1 examples with bulk variance ``s2``.
-
-    A +-1 entry with conditional mean ``m`` has noise ``z = eta - m`` of variance
-    ``s2 = 1 - m^2`` and fourth moment ``E z^4 = s2 (1 + 3 m^2)``, so an excess kurtosis
-    ``E z^4 / s2^2 - 3 = 4 / s2 - 6`` (15 at r = 0.9, -2 for uniform noise). The diagonal of
-    the sample covariance then fluctuates more (or less) than for Gaussian entries and the
-    variance of its spectrum is ``s2^2 q (1 + (4 / s2 - 6) / N)`` instead of ``s2^2 q``
-    (``q = N / M``): at N = 300, r = 0.9 the bulk is about 1 % wider than the MP law, a
-    Tracy-Widom scale. The component keeps its mean and takes this variance:
-    ``q_eff = q (1 + (4 / s2 - 6) / N)``. Derived in {ref}`sec-bbp-threshold`.
-
-    Parameters
-    ----------
-    N, M : int
-        Dimension (>= 2) and batch size (>= 1).
-    s2 : float
-        Bulk variance in (0, 1].
-    """
-    N = check_positive_int(N, "N", minimum=2)
-    M = check_positive_int(M, "M")
-    s2 = check_in_range(s2, "s2", 0.0, 1.0, low_open=True)
-    return (N / M) * max(1.0 + (4.0 / s2 - 6.0) / N, 1e-3)
+    return _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="components", k=_kurtosis_of(components))
 
 
 def components_from_uploads(
@@ -890,8 +959,9 @@ def components_from_uploads(
     its bulk variance estimate ``s2_c`` (None: unknown; 1 is used, an upper bound because
     ``tr(N B_c) = N`` is split between spikes and bulk) and the entry standard deviation
     ``sigma_c`` of the Gaussian noise it added. Component ``c`` is then
-    ``(sign_c omega_c w_c s2_c / N, pm1_ratio(N, M_c, s2_c))`` (the aspect ratio ``N / M_c``
-    with the finite-N correction of +-1 data, :func:`pm1_ratio`), with ``sign_c`` the sign of ``tr U_c`` when
+    ``(sign_c omega_c w_c s2_c / N, N / M_c)`` with the excess kurtosis of +-1 data
+    (:func:`pm1_kurtosis`, which moves the finite-N edge, :func:`kurtosis_edge_shift`), with
+    ``sign_c`` the sign of ``tr U_c`` when
     the operator is available (a negated upload) and +1 otherwise (secure aggregation: the
     server never sees ``U_c``); uploads with ``M_c = 0``, ``w_c = 0`` or an undefined weight
     (a client that does not blend, e.g. a poisoner) contribute no bulk. The Gaussian noises
@@ -951,7 +1021,7 @@ def components_from_uploads(
         op = getattr(u, "operator", None)
         sign = -1.0 if isinstance(op, np.ndarray) and float(np.trace(op)) < 0 else 1.0
         if s2 > 0:
-            comps.append(Component(sign * float(om[i]) * float(w) * s2 / N, pm1_ratio(N, int(M), s2)))
+            comps.append(Component(sign * float(om[i]) * float(w) * s2 / N, N / int(M), pm1_kurtosis(s2)))
     return comps, float(N * noise)
 
 
@@ -1229,7 +1299,7 @@ def k_hat_free(
             raise ValueError("weights must be None when components are Component objects "
                              "(their scale already includes the weight)")
         a, q, v = _component_arrays(components, noise_var)
-        return _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="free")
+        return _k_hat_edge(spec, a, q, v, margin, n_sigma, max_k, method="free", k=_kurtosis_of(components))
     v = check_in_range(noise_var, "noise_var", 0.0, None)
     if components is None:
         components = [spec]

@@ -68,6 +68,7 @@ NOTEBOOKS: dict[str, str] = {
     "structured": "structured",
     "baselines": "baselines",
     "privacy": "privacy",
+    "cross_device": "cross_device",
 }
 ALIASES: dict[str, str] = {"bbp": "bbp_panel"}
 PRESET_NAMES: tuple[str, ...] = ("book", "paper")

@@ -47,7 +47,9 @@ from fedlam.khat import (
     k_hat_mp,
     k_hat_shuffle,
     k_hat_tw,
+    kurtosis_edge_shift,
     outlier_overlaps,
+    pm1_kurtosis,
 )
 
 __all__ = [
@@ -72,6 +74,8 @@ __all__ = [
     "components_from_uploads",
     "client_noise_var",
     "outlier_overlaps",
+    "kurtosis_edge_shift",
+    "pm1_kurtosis",
     "BulkComponent",
     "fit_component",
     "k_hat_free",

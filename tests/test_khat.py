@@ -48,27 +48,25 @@ def test_free_edge_against_simulation_with_noise():
     assert np.all(np.abs(z) < 5), z  # TW1 has mean -1.2 and sd 1.3
 
 
-def test_pm1_ratio_matches_the_spectrum_variance():
-    """+-1 data: the bulk variance is s2^2 q (1 + (4/s2 - 6)/N), not s2^2 q."""
-    N, M, r = 200, 400, 0.9
+def test_pm1_kurtosis_and_the_edge_shift_in_k_hat():
+    """+-1 data at r = 0.9 have excess kurtosis 4/s2 - 6 = 15.05 (checked on samples); the
+    scalar K-hat edge includes its first-order shift (a few Tracy-Widom scales here)."""
+    r = 0.9
     s2 = 1 - r**2
-    rng = np.random.default_rng(1)
-    v = []
-    for _ in range(30):
-        xi = data.random_archetypes(1, N, rng)
-        flips = np.where(rng.random((M, N)) < (1 + r) / 2, 1, -1)
-        Z = flips * xi - r * xi  # the noise of examples of one archetype
-        S = Z.T @ Z / (N * M)
-        w = np.linalg.eigvalsh(S)
-        v.append(w.var() * N * N)
-    q_eff = khat.pm1_ratio(N, M, s2)
-    predicted = s2**2 * q_eff
-    gauss = s2**2 * N / M
-    sd = np.std(v) / np.sqrt(len(v))
-    assert abs(np.mean(v) - predicted) < 4 * sd
-    assert abs(np.mean(v) - gauss) > 4 * sd  # the correction is measurable
+    z = np.where(np.random.default_rng(1).random(2_000_000) < (1 + r) / 2, 1.0, -1.0) - r
+    assert abs((z**4).mean() / s2**2 - 3 - khat.pm1_kurtosis(s2)) < 0.2
+    assert khat.pm1_kurtosis(1.0) == -2.0
+    N, M = 300, 600
+    comp = khat.Component(s2 / N, N / M, khat.pm1_kurtosis(s2))
+    edge, shift = khat.kurtosis_edge_shift([comp], N=N)
+    assert math.isclose(shift, edge * math.sqrt(N / M) * khat.pm1_kurtosis(s2) / N, rel_tol=1e-8)
+    res = khat.k_hat_components(np.r_[1.0, edge, np.full(N - 2, 0.5 * edge)], [comp])
+    assert math.isclose(res.details["kurtosis_shift"], shift)
+    assert res.details["edge"] == pytest.approx(edge + shift)
     with pytest.raises(ValueError, match="s2 must lie in"):
-        khat.pm1_ratio(N, M, 0.0)
+        khat.pm1_kurtosis(0.0)
+    with pytest.raises(ValueError, match="kurtosis must lie in"):
+        khat.Component(1.0, 1.0, -3.0)
 
 
 def test_k_hat_mp_with_noise_and_overlaps():
@@ -102,7 +100,8 @@ def test_components_from_uploads():
            Upload(-np.eye(N) / N, 20, 1.0, 0.5), Upload(A, 0, 0.0), Upload(A, 5, float("nan"))]
     comps, v = khat.components_from_uploads(ups)
     assert len(comps) == 3
-    assert math.isclose(comps[0].scale, 0.2 * 0.36 / N) and math.isclose(comps[0].ratio, khat.pm1_ratio(N, 50, 0.36))
+    assert math.isclose(comps[0].scale, 0.2 * 0.36 / N) and math.isclose(comps[0].ratio, N / 50)
+    assert math.isclose(comps[0].kurtosis, 4 / 0.36 - 6) and comps[1].kurtosis == -2.0
     assert math.isclose(comps[1].scale, 0.2 * 0.5 * 1.0 / N)  # unknown variance -> 1
     assert comps[2].scale < 0  # a negated upload
     assert math.isclose(v, N * 0.2**2 * 0.01**2)

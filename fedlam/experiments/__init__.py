@@ -15,6 +15,8 @@ notebooks with :mod:`fedlam.plotting`).
 - :mod:`fedlam.experiments.baselines` — spectral-only, local-only and central-oracle baselines
   ({ref}`sec-exp-baselines`)
 - :mod:`fedlam.experiments.privacy` — the privacy-utility frontier of DP uploads ({ref}`sec-exp-privacy`)
+- :mod:`fedlam.experiments.cross_device` — many clients with a handful of examples each
+  ({ref}`sec-exp-cross-device`)
 
 ``python -m fedlam.reproduce`` runs all notebooks at either preset (see :mod:`fedlam.reproduce`).
 Submodules are imported on first use.
@@ -26,7 +28,7 @@ import importlib
 from typing import Any
 
 EXPERIMENTS: tuple[str, ...] = ("bbp", "adversarial", "drift", "novelty", "structured", "baselines",
-                                 "privacy")
+                                 "privacy", "cross_device")
 
 __all__ = list(EXPERIMENTS) + ["EXPERIMENTS"]
 
