@@ -551,7 +551,8 @@ def upload_threshold(upload: Any, N: int, n_sigma: float = 4.0) -> float:
     The fresh part ``w_c B_c`` of an honest upload has the bulk ``w_c s2_c / N`` times a
     Marchenko-Pastur law of ratio ``N / M_c`` (``s2_c`` its declared bulk variance, 1 when
     unknown), plus the semicircle of its privacy noise (eigenvalue variance ``N sigma_c^2``):
-    :func:`fedlam.khat.free_edge` and :func:`fedlam.khat.free_tw_scale` of that one component.
+    :func:`fedlam.khat.free_edge` of that one component, moved by the finite-N shift of +-1
+    entries (:func:`fedlam.khat.kurtosis_edge_shift`), and :func:`fedlam.khat.free_tw_scale`.
     No largest eigenvalue of the bulk exceeds it except with probability about
     ``1 - F_TW1(n_sigma)`` (2.2e-4 at 4). NaN for an upload without fresh evidence
     (``M_c = 0`` or ``w_c = 0``). Derived in {ref}`sec-robust-support`.
@@ -566,9 +567,16 @@ def upload_threshold(upload: Any, N: int, n_sigma: float = 4.0) -> float:
     s2 = 1.0 if s2 is None else check_in_range(s2, "upload.noise_var", 0.0, None)
     sig = getattr(upload, "dp_sigma", 0.0) or 0.0
     sig = check_in_range(sig, "upload.dp_sigma", 0.0, None)
-    comps = [khat.Component(w * s2 / N, N / int(M))] if s2 > 0 else []
     v = N * sig * sig
-    edge = khat.free_edge(comps, noise_var=v)
+    if s2 > 0:
+        # the free edge plus the first-order shift of the +-1 entries' fourth cumulant (excess
+        # kurtosis 4 / s2 - 6: 15 at r = 0.9, about three Tracy-Widom scales at N = 300)
+        comps = [khat.Component(w * s2 / N, N / int(M), khat.pm1_kurtosis(min(s2, 1.0)))]
+        edge, shift = khat.kurtosis_edge_shift(comps, N=N, noise_var=v)
+        edge += shift
+    else:
+        comps = []
+        edge = khat.free_edge(comps, noise_var=v)
     tw = khat.free_tw_scale(comps, N, noise_var=v)
     return float(edge + n_sigma * tw)
 
@@ -955,4 +963,4 @@ def _robust_components(uploads: Sequence[Any], N: int) -> tuple[list, float]:
         return [], 0.0
     n = len(has)
     comps, v = khat.components_from_uploads(has, np.full(n, 1.0 / n), N)
-    return [khat.Component(abs(c.scale), c.ratio) for c in comps], v
+    return [khat.Component(abs(c.scale), c.ratio, c.kurtosis) for c in comps], v

@@ -234,12 +234,14 @@ def test_fresh_operator_removes_broadcast():
 def test_upload_threshold_single_mp():
     N, M = 400, 200
     t = robust.upload_threshold(Up(np.zeros((N, N)), M, 0.5, 0.36), N, n_sigma=0.0)
-    assert t == pytest.approx(0.5 * 0.36 / N * (1 + math.sqrt(N / M)) ** 2, rel=1e-9)
+    # MP edge of the fresh part, moved by the +-1 entries' kurtosis 4 / s2 - 6: edge sqrt(q) k / N
+    edge = 0.5 * 0.36 / N * (1 + math.sqrt(N / M)) ** 2
+    assert t == pytest.approx(edge * (1 + math.sqrt(N / M) * (4 / 0.36 - 6) / N), rel=1e-6)
     assert math.isnan(robust.upload_threshold(Up(np.zeros((N, N)), 0, 1.0, 0.36), N))
     assert math.isnan(robust.upload_threshold(Up(np.zeros((N, N)), 10, 0.0, 0.36), N))
-    # unknown bulk variance: the upper bound 1
+    # unknown bulk variance: the upper bound 1 (uniform +-1 entries, kurtosis -2)
     assert robust.upload_threshold(Up(np.zeros((N, N)), M, 1.0, None), N, 0.0) == pytest.approx(
-        (1 + math.sqrt(N / M)) ** 2 / N)
+        (1 + math.sqrt(N / M)) ** 2 / N * (1 - 2 * math.sqrt(N / M) / N), rel=1e-6)
 
 
 def test_pure_noise_certifies_nothing_even_in_its_own_top_directions():
