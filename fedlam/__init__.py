@@ -41,6 +41,8 @@ _SUBMODULES = {
     "participation",
     "flower",
     "baselines",
+    "robust",
+    "attacks",
 }
 
 _FUNCTIONS = {

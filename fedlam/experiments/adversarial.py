@@ -1,17 +1,27 @@
-"""Experiment 2: one adversarial client among good ones.
+"""Experiment 2: adversarial clients against the server's defences.
 
-Four good clients (r = 0.9) and one adversary: the paper's pure-noise client (``"noise"``), a
-targeted poisoner uploading the operator of a fake pattern (``"poison"``) or a client uploading
-its sign-flipped operator (``"flip"``); ``"none"`` is the clean reference. For each, the
-federation runs under the paper's entropy rule and under our novelty rule. We record w_c(t),
-per-archetype magnetization, K̂ and the number of spurious patterns, and, for the poisoner,
-whether its fake pattern enters the server memory. The paper's version is its figure
-"client_aware_adaptive_weight". Theory in {ref}`sec-controller`, {ref}`sec-noise-floor` and
-{ref}`sec-controller-rule`; the notebook is {ref}`sec-exp-adversarial`.
+Four good clients (r = 0.9) and one adversary -- the paper's pure-noise client (``"noise"``),
+a poisoner uploading the operator of a fake pattern (``"poison"``), a sign-flipped upload
+(``"flip"``), a poisoner hiding its fake in an honest-looking upload (``"hidden"``), ``k``
+colluding poisoners with one fake (``"collude"``), a poisoner uploading a corrupted copy of a
+stored archetype (``"targeted"``) -- or none (``"none"``). Every attack runs against every
+server defence (``"none"`` = the paper's mean, ``"support"``, ``"median"``, ``"trimmed"``,
+``"krum"``; :mod:`fedlam.robust`) under both weight rules. Optionally a legitimately new
+archetype appears mid-run at one good client and spreads to the others one by one, so that
+the table also shows how long each defence delays it. The paper's version of the noise-client
+experiment is its figure "client_aware_adaptive_weight".
+
+A second experiment, :func:`run_tradeoff`, measures the price of each defence on honest
+federations (heterogeneous supports, drift, a spreading novelty) and how the support
+threshold ``s`` trades colluders withstood against archetypes lost.
+
+Theory in {ref}`sec-robust`, {ref}`sec-controller` and {ref}`sec-noise-floor`; the notebook
+is {ref}`sec-exp-adversarial`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,44 +33,143 @@ from fedlam.experiments._common import (
     check_choice,
     check_controllers,
     check_in_range,
+    check_int_tuple,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
 )
+from fedlam.experiments._common import (
+    make_params as _make_params,
+)
 
-__all__ = ["AdversarialParams", "AdversarialResult", "PRESETS", "ATTACKS", "make_params", "run",
-           "poison_pattern"]
+__all__ = [
+    "ATTACKS",
+    "DEFENSES",
+    "SCENARIOS",
+    "AdversarialParams",
+    "AdversarialResult",
+    "TradeoffParams",
+    "TradeoffResult",
+    "PRESETS",
+    "TRADEOFF_PRESETS",
+    "make_params",
+    "make_tradeoff_params",
+    "run",
+    "run_tradeoff",
+    "spreading_novelty",
+    "first_round",
+    "NoiseClientRule",
+    "paper_rule_on_noise",
+]
 
-ATTACKS = ("none", "noise", "poison", "flip")
+ATTACKS = ("none", "noise", "poison", "flip", "hidden", "collude", "targeted")
+DEFENSES = ("none", "support", "median", "trimmed", "krum")
+SCENARIOS = ("iid", "three_of_five", "two_of_five", "one_of_five", "drift", "novelty")
+_MEMORY_M = 0.95  # an archetype is "in memory" when its magnetization reaches this
 
 
+def _check_names(x: Any, name: str, choices: tuple) -> tuple:
+    if not isinstance(x, tuple) or len(x) == 0:
+        raise TypeError(f"{name} must be a non-empty tuple of {choices}, got {x!r}")
+    for i, a in enumerate(x):
+        check_choice(a, f"{name}[{i}]", choices)
+    if len(set(x)) != len(x):
+        raise ValueError(f"{name} must not repeat entries, got {x!r}")
+    return x
+
+
+def _check_optional_round(x: Any, name: str, T: int) -> int | None:
+    if x is None:
+        return None
+    v = check_positive_int(x, name, minimum=0)
+    if v >= T:
+        raise ValueError(f"{name} must be None or a round in [0, T) = [0, {T}), got {v}")
+    return v
+
+
+def spreading_novelty(T: int, L: int, K_old: int, t_new: int, spread: int, pi_new: float) -> np.ndarray:
+    """(T, L, K_old + 1) mixtures: a new archetype (index ``K_old``) seen first by client 0.
+
+    Client ``c`` sees the new archetype from round ``t_new + c * spread`` on, with share
+    ``pi_new`` of its batch (the old archetypes share the rest equally); before that it sees the
+    old archetypes only. ``spread >= T`` keeps the archetype at client 0 alone.
+    """
+    T = check_positive_int(T, "T")
+    L = check_positive_int(L, "L")
+    K_old = check_positive_int(K_old, "K_old")
+    t_new = check_positive_int(t_new, "t_new", minimum=0)
+    spread = check_positive_int(spread, "spread")
+    pi_new = check_in_range(pi_new, "pi_new", 0.0, 1.0, low_open=True, high_open=True)
+    mix = np.zeros((T, L, K_old + 1))
+    mix[:, :, :K_old] = 1.0 / K_old
+    for c in range(L):
+        start = t_new + c * spread
+        if start < T:
+            mix[start:, c, :K_old] = (1.0 - pi_new) / K_old
+            mix[start:, c, K_old] = pi_new
+    return mix
+
+
+def first_round(flags: np.ndarray, start: int) -> float:
+    """``t - start`` for the first ``t >= start`` with ``flags[t]`` true, NaN if none."""
+    idx = np.flatnonzero(np.asarray(flags, dtype=bool)[start:])
+    return float(idx[0]) if idx.size else float("nan")
+
+
+def _defense_kwargs(name: str, params: dict | None = None) -> dict:
+    """``run_federation`` keywords of a defence (none for the paper's mean)."""
+    if name == "none":
+        return {}
+    return {"defense": name, "defense_params": params}
+
+
+# ----------------------------------------------------------------------------------------
+# the attack x defence x rule table
 @dataclass(frozen=True)
 class AdversarialParams:
     """Parameters of the adversarial-client experiment.
 
     Paper (caption of its attacker figure): N = 1000, K = 3, L = 5 (4 good + 1 attacker), T = 10,
-    M = 800 examples per client per round, r = 0.9 for good clients, α_EMA = 0.5, S = 20 seeds.
-    Our paper preset keeps all of these but uses 8 seeds (see benchmarks/README.md for the time
-    budget); poisoning and sign flips are our additions.
+    M = 800 examples per client per round, r = 0.9 for good clients, alpha_EMA = 0.5, S = 20 seeds;
+    the paper preset keeps all of these. The attacks other than ``"noise"``, the defences and the
+    new archetype are our additions.
 
     Attributes
     ----------
     N, K, T, M : int
-        Pattern dimension, archetypes, rounds, examples per client per round.
+        Pattern dimension, (old) archetypes, rounds, examples per client per round.
     n_good : int
         Honest clients.
     r_good : float
-        Their channel quality.
+        Their channel quality (also the quality of the attackers' own data).
     attacks : tuple of str
-        Adversaries compared, each in ``ATTACKS`` (one adversarial client per run; "none" = none).
+        Adversaries compared, each in :data:`ATTACKS` (``"none"``: the good clients alone).
+    defenses : tuple of str
+        Server defences compared, each in :data:`DEFENSES` (``"none"``: the paper's mean).
     controllers : tuple
         Weight rules compared (``"paper"``, ``"novelty"`` or constant floats).
     ema_alpha : float
         EMA coefficient.
     known_r : bool
-        True (default, as in the paper's rule): good clients use r_good; an adversary has no
-        stated r and estimates it from its spectrum. False: everyone estimates r.
+        True (default, as in the paper's rule): good clients use r_good.
+    attacker_r : float or None
+        The quality the noise client plugs into its weight rule: None (default) -- it estimates
+        it from its spectrum (the paper rule clamps it at ``r_min = 0.1``); a number -- its own
+        stated r (e.g. 0.01: the paper's "r ~ 0").
+    s : int
+        Support threshold of ``"support"`` (clients that must hold a pattern).
+    trim : float
+        Trimming fraction of ``"trimmed"``.
+    n_colluders : int
+        Poisoners of ``"collude"`` (they push one fake).
+    flip_fraction : float
+        Bits the ``"targeted"`` attacker flips in the archetype it corrupts.
+    t_new : int or None
+        Round at which a new archetype appears at good client 0 (it reaches good client ``c`` at
+        ``t_new + c * spread``); None (default): no new archetype. The presets set it (book 2,
+        paper 3).
+    spread, pi_new
+        See :func:`spreading_novelty`.
     seeds : int
         Independent repetitions.
     """
@@ -71,11 +180,20 @@ class AdversarialParams:
     M: int = 800
     n_good: int = 4
     r_good: float = 0.9
-    attacks: tuple = ("none", "noise", "poison", "flip")
+    attacks: tuple = ATTACKS
+    defenses: tuple = DEFENSES
     controllers: tuple = ("paper", "novelty")
     ema_alpha: float = 0.5
     known_r: bool = True
-    seeds: int = 8
+    attacker_r: float | None = None
+    s: int = 2
+    trim: float = 0.2
+    n_colluders: int = 2
+    flip_fraction: float = 0.15
+    t_new: int | None = None
+    spread: int = 2
+    pi_new: float = 0.25
+    seeds: int = 20
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)
@@ -84,26 +202,44 @@ class AdversarialParams:
         check_positive_int(self.M, "M")
         check_positive_int(self.n_good, "n_good")
         check_quality(self.r_good, "r_good")
-        if not isinstance(self.attacks, tuple) or len(self.attacks) == 0:
-            raise TypeError(f"attacks must be a non-empty tuple of {ATTACKS}, got {self.attacks!r}")
-        for i, a in enumerate(self.attacks):
-            check_choice(a, f"attacks[{i}]", ATTACKS)
-        if len(set(self.attacks)) != len(self.attacks):
-            raise ValueError(f"attacks must not repeat entries, got {self.attacks!r}")
+        _check_names(self.attacks, "attacks", ATTACKS)
+        _check_names(self.defenses, "defenses", DEFENSES)
         check_controllers(self.controllers)
         check_in_range(self.ema_alpha, "ema_alpha", 0.0, 1.0)
         check_bool(self.known_r, "known_r")
+        if self.attacker_r is not None:
+            check_quality(self.attacker_r, "attacker_r")
+        check_positive_int(self.n_colluders, "n_colluders")
+        check_positive_int(self.s, "s")
+        if self.s > self.n_good:
+            raise ValueError(f"s must be <= n_good = {self.n_good} (honest clients that can support a "
+                             f"pattern), got {self.s}")
+        check_in_range(self.trim, "trim", 0.0, 0.5, high_open=True)
+        check_in_range(self.flip_fraction, "flip_fraction", 0.0, 0.5, low_open=True, high_open=True)
+        _check_optional_round(self.t_new, "t_new", self.T)
+        check_positive_int(self.spread, "spread")
+        check_in_range(self.pi_new, "pi_new", 0.0, 1.0, low_open=True, high_open=True)
         check_positive_int(self.seeds, "seeds")
 
     @property
     def L(self) -> int:
-        """Clients in a run with an adversary (good ones + 1)."""
+        """Clients in a run with one adversary (good ones + 1)."""
         return self.n_good + 1
+
+    @property
+    def L_max(self) -> int:
+        """Largest number of clients in a run (the colluders' run)."""
+        return self.n_good + (self.n_colluders if "collude" in self.attacks else 1)
+
+    @property
+    def K_total(self) -> int:
+        """Archetypes tracked by the metrics (K, plus the new one if ``t_new`` is set)."""
+        return self.K + (0 if self.t_new is None else 1)
 
 
 PRESETS: dict[str, AdversarialParams] = {
-    "book": AdversarialParams(N=200, M=200, T=8, seeds=3),
-    "paper": AdversarialParams(),
+    "book": AdversarialParams(N=200, M=200, T=8, t_new=2, seeds=2),
+    "paper": AdversarialParams(t_new=3),
 }
 
 
@@ -112,30 +248,26 @@ def make_params(preset: str = "book", **overrides: Any) -> AdversarialParams:
     return _make_params(AdversarialParams, PRESETS, preset, **overrides)
 
 
-def poison_pattern(seed: int, L: int, c: int, N: int) -> np.ndarray:
-    """The fake pattern held by poison client ``c`` of :func:`fedlam.federation.run_federation`.
-
-    The federation gives client ``c`` the child stream ``default_rng(seed).spawn(L + 1)[c]`` and
-    the poisoner draws its fake ±1 pattern first from it; we redraw it here to measure whether
-    it enters the server memory (the client itself never reveals it). Shape (1, N), int8.
-    """
-    child = np.random.default_rng(seed).spawn(L + 1)[c]
-    return child.choice(np.array([-1, 1], dtype=np.int8), size=(1, N))
-
-
 @dataclass(frozen=True)
 class AdversarialResult(JsonResult):
-    """Per-round arrays. Axes: (seed, attack, controller, round, ...).
+    """Per-round arrays. Axes: (seed, attack, defence, controller, round, ...).
 
     Attributes
     ----------
     params : AdversarialParams
-    weights : (S, A, C, T, L) w_c(t); the adversary is the last client (NaN column for "none";
-        NaN entries for the poisoner, which does not blend).
-    magnetization : (S, A, C, T, K).
-    k_hat, spurious : (S, A, C, T).
-    fake_overlap : (S, A, C, T) largest |overlap| between an accepted pattern and the poisoner's
-        fake pattern (NaN unless the attack is "poison").
+    weights : (S, A, D, C, T, L_max) w_c(t); adversaries are the last clients (NaN columns when a
+        run has fewer clients; NaN entries for poisoners, which do not blend). A run that cannot
+        exist (Krum with fewer than three clients) is NaN everywhere (zeros in the int arrays).
+    magnetization : (S, A, D, C, T, K_total); the new archetype (if any) is the last column.
+    k_hat, spurious, n_patterns : (S, A, D, C, T).
+    fake_in_memory : (S, A, D, C, T) 1.0 / 0.0 whether the adversary's fake is stored
+        (:func:`fedlam.attacks.fake_in_memory`), NaN for attacks without a fake.
+    latency : (S, A, D, C) rounds from the new archetype's first appearance to the first round
+        with magnetization >= 0.95 (NaN: not within T, or no new archetype).
+    summary : dict
+        Per ``"attack/defence/controller"``: final mean magnetization of the old archetypes and
+        its minimum, spurious patterns (final mean, maximum over rounds), fake stored (fraction
+        of seeds at the final round and in any round), latency, weights.
     """
 
     params: AdversarialParams
@@ -143,66 +275,451 @@ class AdversarialResult(JsonResult):
     magnetization: np.ndarray
     k_hat: np.ndarray
     spurious: np.ndarray
-    fake_overlap: np.ndarray
+    n_patterns: np.ndarray
+    fake_in_memory: np.ndarray
+    latency: np.ndarray
     summary: dict = field(default_factory=dict)
 
 
-def run(params: AdversarialParams, rng: Any) -> AdversarialResult:
-    """Run every (attack, controller) pair on the same archetypes and good-client seeds."""
-    if not isinstance(params, AdversarialParams):
-        raise TypeError(f"params must be an AdversarialParams, got {type(params).__name__}")
-    from fedlam import data, federation
+def _attacker_seed(seed_fed: int) -> int:
+    return int(seed_fed % (2**31 - 1))
 
-    p = params
-    S, A, C, T, L, K = p.seeds, len(p.attacks), len(p.controllers), p.T, p.L, p.K
-    mix = data.static_mixture(T, 1, K)[:, 0]
-    w = np.full((S, A, C, T, L), np.nan)
-    mag = np.zeros((S, A, C, T, K))
-    kh = np.zeros((S, A, C, T), dtype=np.int64)
-    sp = np.zeros((S, A, C, T), dtype=np.int64)
-    fake = np.full((S, A, C, T), np.nan)
-    for s, (seed_xi, seed_fed) in enumerate(seed_pairs(rng, S)):
-        xi = data.random_archetypes(K, p.N, seed_xi)
-        good = [federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix) for _ in range(p.n_good)]
-        for ai, attack in enumerate(p.attacks):
-            if attack == "none":
-                specs = good
-            elif attack == "flip":
-                specs = good + [federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix, kind="flip")]
-            else:
-                specs = good + [federation.ClientSpec(r=None, M=p.M, kind=attack)]
-            fake_xi = poison_pattern(seed_fed, len(specs), len(specs) - 1, p.N) if attack == "poison" else None
+
+def _adversary_specs(p: AdversarialParams, attack: str, mix_attacker: np.ndarray, seed_a: int,
+                     xi_old: np.ndarray) -> tuple[list, np.ndarray | None]:
+    """Specs of the adversarial clients and the fake they push (None if there is none)."""
+    from fedlam import attacks, federation
+
+    def spec(behaviour: Any = None, kind: str = "honest") -> Any:
+        """A client with honest data (the attackers are compromised clients) and a behaviour."""
+        if behaviour is None:
+            return federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix_attacker, kind=kind)
+        return federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix_attacker, kind=kind, behaviour=behaviour)
+
+    if attack == "none":
+        return [], None
+    if attack == "noise":
+        return [federation.ClientSpec(r=p.attacker_r, M=p.M, kind="noise")], None
+    if attack == "flip":
+        return [spec(kind="flip")], None
+    if attack in ("poison", "collude"):
+        poison = attacks.Poison(seed=seed_a)
+        k = p.n_colluders if attack == "collude" else 1
+        return [spec(poison) for _ in range(k)], poison.fake(p.N)
+    if attack == "hidden":
+        hidden = attacks.Hidden(seed=seed_a)
+        return [spec(hidden)], hidden.fake(p.N)
+    targeted = attacks.Targeted(seed=seed_a, flip_fraction=p.flip_fraction)
+    return [spec(targeted)], targeted.fake_for(xi_old)[0]
+
+
+def _defense_params(p: AdversarialParams, dname: str, L: int) -> dict | None:
+    """Parameters of one defence for a run with L clients (Krum assumes f = 1 attacker when
+    L >= 5, f = 0 for the good clients alone)."""
+    if dname == "support":
+        return {"s": p.s}
+    if dname == "trimmed":
+        return {"trim": p.trim}
+    if dname == "krum":
+        return {"f": max(0, min(1, (L - 3) // 2))}
+    return None
+
+
+def _run_seed(p: AdversarialParams, seed_xi: int, seed_fed: int) -> dict:
+    """Every (attack, defence, controller) run of one seed pair (module level: picklable)."""
+    from fedlam import attacks, data, federation
+
+    A, D, C, T, Kt = len(p.attacks), len(p.defenses), len(p.controllers), p.T, p.K_total
+    xi = data.random_archetypes(Kt, p.N, seed_xi)
+    xi_old = xi[: p.K]
+    if p.t_new is None:
+        good_mix = np.broadcast_to(data.static_mixture(T, 1, p.K)[:, 0][:, None, :], (T, p.n_good, p.K))
+    else:
+        good_mix = spreading_novelty(T, p.n_good, p.K, p.t_new, p.spread, p.pi_new)
+    mix_attacker = np.zeros((T, Kt))
+    mix_attacker[:, : p.K] = 1.0 / p.K
+    good = [federation.ClientSpec(r=p.r_good, M=p.M, mixture=np.ascontiguousarray(good_mix[:, c]))
+            for c in range(p.n_good)]
+    seed_a = _attacker_seed(seed_fed)
+    out = {
+        "weights": np.full((A, D, C, T, p.L_max), np.nan),
+        "magnetization": np.full((A, D, C, T, Kt), np.nan),
+        "k_hat": np.zeros((A, D, C, T), dtype=np.int64),
+        "spurious": np.zeros((A, D, C, T), dtype=np.int64),
+        "n_patterns": np.zeros((A, D, C, T), dtype=np.int64),
+        "fake": np.full((A, D, C, T), np.nan),
+        "latency": np.full((A, D, C), np.nan),
+    }
+    for ai, attack in enumerate(p.attacks):
+        adv, fake = _adversary_specs(p, attack, mix_attacker, seed_a, xi_old)
+        specs = good + adv
+        for di, dname in enumerate(p.defenses):
+            dparams = _defense_params(p, dname, len(specs))
+            if dname == "krum" and len(specs) < 3:
+                continue  # Krum needs L - f - 2 >= 1 neighbours: not defined for two clients (NaN)
             for ci, ctrl in enumerate(p.controllers):
                 h = federation.run_federation(
-                    xi, specs, T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r
+                    xi, specs, T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r,
+                    **_defense_kwargs(dname, dparams),
                 )
-                w[s, ai, ci, :, : len(specs)] = h.weights
-                mag[s, ai, ci], kh[s, ai, ci], sp[s, ai, ci] = h.magnetization, h.k_hat, h.spurious
-                if fake_xi is not None:
-                    for t, pats in enumerate(h.patterns):
-                        fake[s, ai, ci, t] = (
-                            float(np.max(np.abs(pats.astype(float) @ fake_xi[0].astype(float))) / p.N)
-                            if pats.shape[0] else 0.0
-                        )
-    summary: dict = {}
+                out["weights"][ai, di, ci, :, : len(specs)] = h.weights
+                out["magnetization"][ai, di, ci] = h.magnetization
+                out["k_hat"][ai, di, ci] = h.k_hat
+                out["spurious"][ai, di, ci] = h.spurious
+                out["n_patterns"][ai, di, ci] = h.n_patterns
+                if fake is not None:
+                    out["fake"][ai, di, ci] = [float(attacks.fake_in_memory(pt, fake, xi)) for pt in h.patterns]
+                if p.t_new is not None:
+                    out["latency"][ai, di, ci] = first_round(h.magnetization[:, -1] >= _MEMORY_M, p.t_new)
+    return out
+
+
+def _map_seeds(fn: Any, p: Any, pairs: list, executor: Any) -> list:
+    """``fn(p, seed_xi, seed_fed)`` over the seed pairs: ``executor.map`` if given, else a loop."""
+    if executor is None:
+        return [fn(p, a, b) for a, b in pairs]
+    if not callable(getattr(executor, "map", None)):
+        raise TypeError(f"executor must have a map(fn, *iterables) method (concurrent.futures), got "
+                        f"{type(executor).__name__}")
+    return list(executor.map(fn, [p] * len(pairs), [a for a, _ in pairs], [b for _, b in pairs]))
+
+
+def run(params: AdversarialParams, rng: Any, executor: Any = None) -> AdversarialResult:
+    """Run every (attack, defence, controller) triple on the same archetypes and client seeds.
+
+    ``executor`` (optional, a :class:`concurrent.futures.Executor` or a Dask client's executor)
+    maps the seeds in parallel; the results are the same as with the plain loop.
+    """
+    if not isinstance(params, AdversarialParams):
+        raise TypeError(f"params must be an AdversarialParams, got {type(params).__name__}")
+    p = params
+    outs = _map_seeds(_run_seed, p, seed_pairs(rng, p.seeds), executor)
+    st = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
+    return AdversarialResult(params=p, weights=st["weights"], magnetization=st["magnetization"],
+                             k_hat=st["k_hat"], spurious=st["spurious"], n_patterns=st["n_patterns"],
+                             fake_in_memory=st["fake"], latency=st["latency"], summary=_summary(p, st))
+
+
+def _summary(p: AdversarialParams, st: dict) -> dict:
+    out: dict = {}
+    T = p.T
     for ai, attack in enumerate(p.attacks):
-        for ci, ctrl in enumerate(p.controllers):
-            key = f"{attack}/{ctrl}"
-            ww = w[:, ai, ci]
-            entry = {
-                "good_weight_final_mean": float(np.nanmean(ww[:, -1, : p.n_good])),
-                "mean_magnetization_final": float(mag[:, ai, ci, -1].mean()),
-                "mean_magnetization_time_avg": float(mag[:, ai, ci].mean()),
-                "spurious_final_mean": float(sp[:, ai, ci, -1].mean()),
-                "spurious_max": int(sp[:, ai, ci].max()),
-                "k_hat_final_mean": float(kh[:, ai, ci, -1].mean()),
+        n_adv = 0 if attack == "none" else (p.n_colluders if attack == "collude" else 1)
+        L = p.n_good + n_adv
+        for di, dname in enumerate(p.defenses):
+            for ci, ctrl in enumerate(p.controllers):
+                m = st["magnetization"][:, ai, di, ci]
+                w = st["weights"][:, ai, di, ci]
+                e = {
+                    "m_final": float(m[:, -1, : p.K].mean()),
+                    "m_min_final": float(m[:, -1, : p.K].min()),
+                    "spurious_final_mean": float(st["spurious"][:, ai, di, ci, -1].mean()),
+                    "spurious_max": int(st["spurious"][:, ai, di, ci].max()),
+                    "k_hat_final_mean": float(st["k_hat"][:, ai, di, ci, -1].mean()),
+                    "good_weight_final_mean": float(np.nanmean(w[:, -1, : p.n_good])),
+                }
+                fk = st["fake"][:, ai, di, ci]
+                if np.isfinite(fk).all():
+                    e["fake_final_fraction"] = float(fk[:, -1].mean())
+                    e["fake_any_fraction"] = float(fk.max(axis=1).mean())
+                if attack in ("noise", "flip"):
+                    e["attacker_weight_final_mean"] = float(np.nanmean(w[:, -1, L - 1]))
+                    e["attacker_weight_last_half_mean"] = float(np.nanmean(w[:, T // 2:, L - 1]))
+                if p.t_new is not None:
+                    lat = st["latency"][:, ai, di, ci]
+                    e["new_accepted_fraction"] = float(np.isfinite(lat).mean())
+                    e["latency_mean"] = float(np.nanmean(lat)) if np.isfinite(lat).any() else float("nan")
+                out[f"{attack}/{dname}/{ctrl}"] = e
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# the price of the defences on honest federations, and the choice of s
+@dataclass(frozen=True)
+class TradeoffParams:
+    """Parameters of the trade-off experiment (honest federations, no attacker, plus a sweep of s).
+
+    Attributes
+    ----------
+    N, M, T, L, K : int
+        Dimension, examples per client per round, rounds, clients, archetypes.
+    r : float
+        Channel quality of every client.
+    controller : str or float
+        Weight rule of every client.
+    scenarios : tuple of str
+        Each in :data:`SCENARIOS`: ``"iid"`` (every client sees every archetype),
+        ``"three_of_five"`` / ``"two_of_five"`` / ``"one_of_five"`` (each archetype held by 3, 2,
+        1 of the clients: client c holds archetypes c, c+1, ... mod K; needs L = K),
+        ``"drift"`` (archetypes dominate one after another, :func:`fedlam.data.sequential_drift`),
+        ``"novelty"`` (a new archetype seen first by one client, :func:`spreading_novelty`).
+    defenses : tuple of str
+        Each in :data:`DEFENSES`.
+    s_values : tuple of int
+        Support thresholds of the sweep.
+    colluders : tuple of int
+        Numbers of colluding poisoners (added to the L honest clients, iid data) in the sweep.
+    t_new, spread, pi_new
+        The ``"novelty"`` scenario (see :func:`spreading_novelty`).
+    seeds : int
+    """
+
+    N: int = 1000
+    M: int = 800
+    T: int = 10
+    L: int = 5
+    K: int = 5
+    r: float = 0.9
+    controller: Any = "novelty"
+    scenarios: tuple = SCENARIOS
+    defenses: tuple = DEFENSES
+    s_values: tuple = (1, 2, 3)
+    colluders: tuple = (1, 2, 3)
+    t_new: int = 2
+    spread: int = 2
+    pi_new: float = 0.25
+    seeds: int = 20
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.N, "N", minimum=10)
+        check_positive_int(self.M, "M")
+        check_positive_int(self.T, "T", minimum=2)
+        check_positive_int(self.L, "L")
+        check_positive_int(self.K, "K")
+        check_quality(self.r, "r")
+        check_controllers((self.controller,), "controller")
+        _check_names(self.scenarios, "scenarios", SCENARIOS)
+        _check_names(self.defenses, "defenses", DEFENSES)
+        check_int_tuple(self.s_values, "s_values")
+        if max(self.s_values) > self.L:
+            raise ValueError(f"s_values must be <= L = {self.L}, got {self.s_values!r}")
+        check_int_tuple(self.colluders, "colluders")
+        if any(sc.endswith("_of_five") for sc in self.scenarios) and self.L != self.K:
+            raise ValueError(f"scenarios with fixed holders need L = K, got L = {self.L}, K = {self.K}")
+        if "three_of_five" in self.scenarios and self.K < 3:
+            raise ValueError(f"scenario 'three_of_five' needs K >= 3, got K = {self.K}")
+        if "krum" in self.defenses and self.L < 5:
+            raise ValueError(f"defense 'krum' needs L >= 5 clients (f = 1), got L = {self.L}")
+        _check_optional_round(self.t_new, "t_new", self.T)
+        check_positive_int(self.spread, "spread")
+        check_in_range(self.pi_new, "pi_new", 0.0, 1.0, low_open=True, high_open=True)
+        check_positive_int(self.seeds, "seeds")
+
+
+TRADEOFF_PRESETS: dict[str, TradeoffParams] = {
+    "book": TradeoffParams(N=200, M=200, T=8, seeds=1),
+    "paper": TradeoffParams(),
+}
+
+
+def make_tradeoff_params(preset: str = "book", **overrides: Any) -> TradeoffParams:
+    """Preset of :class:`TradeoffParams` with field overrides (``None`` keeps the preset value)."""
+    return _make_params(TradeoffParams, TRADEOFF_PRESETS, preset, **overrides)
+
+
+@dataclass(frozen=True)
+class TradeoffResult(JsonResult):
+    """Outcome of :func:`run_tradeoff`.
+
+    Attributes
+    ----------
+    params : TradeoffParams
+    magnetization : (S, Sc, D, T, K') per scenario and defence (K' = K, or K + 1 for novelty;
+        arrays padded with NaN to the largest K').
+    spurious : (S, Sc, D, T).
+    latency : (S, D) rounds until the new archetype of ``"novelty"`` is stored (NaN: not within T).
+    holders_recovered : (S, len(s_values), 3) fraction of archetypes stored at the final round under
+        ``"support"`` with each s, for 1, 2, 3 holders per archetype.
+    fake_stored : (S, len(s_values), len(colluders)) whether k colluding poisoners' fake is stored at
+        the final round under ``"support"`` with each s.
+    summary : dict
+    """
+
+    params: TradeoffParams
+    magnetization: np.ndarray
+    spurious: np.ndarray
+    latency: np.ndarray
+    holders_recovered: np.ndarray
+    fake_stored: np.ndarray
+    summary: dict = field(default_factory=dict)
+
+
+def _scenario(p: TradeoffParams, name: str) -> tuple[int, np.ndarray]:
+    """(number of archetypes, (T, L, K') mixtures) of a scenario."""
+    from fedlam import data
+
+    T, L, K = p.T, p.L, p.K
+    if name == "iid":
+        return K, data.static_mixture(T, L, K)
+    if name.endswith("_of_five"):
+        h = {"three_of_five": 3, "two_of_five": 2, "one_of_five": 1}[name]
+        return K, data.heterogeneous_supports(T, L, K, [[(c + j) % K for j in range(h)] for c in range(L)])
+    if name == "drift":
+        return K, data.sequential_drift(T, L, K)
+    return K + 1, spreading_novelty(T, L, K, p.t_new, p.spread, p.pi_new)
+
+
+def _specs(p: TradeoffParams, mix: np.ndarray) -> list:
+    from fedlam import federation
+
+    return [federation.ClientSpec(r=p.r, M=p.M, mixture=np.ascontiguousarray(mix[:, c])) for c in range(mix.shape[1])]
+
+
+def _run_tradeoff_seed(p: TradeoffParams, seed_xi: int, seed_fed: int) -> dict:
+    from fedlam import attacks, data, federation
+
+    Sc, D, T = len(p.scenarios), len(p.defenses), p.T
+    Kmax = p.K + (1 if "novelty" in p.scenarios else 0)
+    xi_all = data.random_archetypes(Kmax, p.N, seed_xi)
+    mag = np.full((Sc, D, T, Kmax), np.nan)
+    spur = np.zeros((Sc, D, T), dtype=np.int64)
+    lat = np.full(D, np.nan)
+    for si, sc in enumerate(p.scenarios):
+        Ks, mix = _scenario(p, sc)
+        xi = xi_all[:Ks]
+        specs = _specs(p, mix)
+        for di, dname in enumerate(p.defenses):
+            h = federation.run_federation(xi, specs, T, seed_fed, controller=p.controller, known_r=True,
+                                          **_defense_kwargs(dname))
+            mag[si, di, :, :Ks] = h.magnetization
+            spur[si, di] = h.spurious
+            if sc == "novelty":
+                lat[di] = first_round(h.magnetization[:, -1] >= _MEMORY_M, p.t_new)
+    # the support threshold: archetypes held by 1, 2, 3 clients; k colluders
+    hold = np.full((len(p.s_values), 3), np.nan)
+    fake = np.zeros((len(p.s_values), len(p.colluders)))
+    xi = xi_all[: p.K]
+    iid = _specs(p, data.static_mixture(T, p.L, p.K))
+    mix_a = data.static_mixture(T, 1, p.K)[:, 0]
+    beh = attacks.Poison(seed=_attacker_seed(seed_fed))
+    fk = beh.fake(p.N)
+    for ii, s in enumerate(p.s_values):
+        for hi, h_ in enumerate((1, 2, 3)):
+            if h_ > p.K or p.L != p.K:
+                continue
+            mix = data.heterogeneous_supports(T, p.L, p.K, [[(c + j) % p.K for j in range(h_)] for c in range(p.L)])
+            hh = federation.run_federation(xi, _specs(p, mix), T, seed_fed, controller=p.controller, known_r=True,
+                                           defense="support", defense_params={"s": s})
+            hold[ii, hi] = float(np.mean(hh.magnetization[-1] >= _MEMORY_M))
+        for ki, k in enumerate(p.colluders):
+            adv = [federation.ClientSpec(r=p.r, M=p.M, mixture=mix_a, behaviour=beh) for _ in range(k)]
+            hh = federation.run_federation(xi, iid + adv, T, seed_fed, controller=p.controller, known_r=True,
+                                           defense="support", defense_params={"s": s})
+            fake[ii, ki] = float(attacks.fake_in_memory(hh.patterns[-1], fk, xi))
+    return {"magnetization": mag, "spurious": spur, "latency": lat, "hold": hold, "fake": fake}
+
+
+def run_tradeoff(params: TradeoffParams, rng: Any, executor: Any = None) -> TradeoffResult:
+    """Honest federations under every defence, and the sweep of the support threshold ``s``."""
+    if not isinstance(params, TradeoffParams):
+        raise TypeError(f"params must be a TradeoffParams, got {type(params).__name__}")
+    p = params
+    outs = _map_seeds(_run_tradeoff_seed, p, seed_pairs(rng, p.seeds), executor)
+    st = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
+    summary: dict = {}
+    for si, sc in enumerate(p.scenarios):
+        Ks = p.K + (1 if sc == "novelty" else 0)
+        for di, dname in enumerate(p.defenses):
+            m = st["magnetization"][:, si, di, :, :Ks]
+            e = {
+                "recovered_final": float(np.mean(m[:, -1] >= _MEMORY_M)),
+                "m_min_final": float(m[:, -1].min()),
+                "m_time_avg": float(m.mean()),
+                "spurious_max": int(st["spurious"][:, si, di].max()),
+                "spurious_final_mean": float(st["spurious"][:, si, di, -1].mean()),
             }
-            if attack in ("noise", "flip"):
-                entry["attacker_weight_final_mean"] = float(np.nanmean(ww[:, -1, -1]))
-                entry["attacker_weight_last_half_mean"] = float(np.nanmean(ww[:, T // 2 :, -1]))
-            if attack == "poison":
-                entry["fake_in_memory_fraction"] = float(np.mean(fake[:, ai, ci, -1] > 0.5))
-                entry["fake_overlap_final_mean"] = float(np.nanmean(fake[:, ai, ci, -1]))
-            summary[key] = entry
-    return AdversarialResult(params=p, weights=w, magnetization=mag, k_hat=kh, spurious=sp,
-                             fake_overlap=fake, summary=summary)
+            if sc == "novelty":
+                lat = st["latency"][:, di]
+                e["new_accepted_fraction"] = float(np.isfinite(lat).mean())
+                e["latency_mean"] = float(np.nanmean(lat)) if np.isfinite(lat).any() else float("nan")
+            summary[f"{sc}/{dname}"] = e
+    for ii, s in enumerate(p.s_values):
+        summary[f"s={s}"] = {
+            "recovered_by_holders": {str(h): float(np.nanmean(st["hold"][:, ii, hi]))
+                                     for hi, h in enumerate((1, 2, 3))},
+            "fake_stored_by_colluders": {str(k): float(st["fake"][:, ii, ki].mean())
+                                         for ki, k in enumerate(p.colluders)},
+        }
+    return TradeoffResult(params=p, magnetization=st["magnetization"], spurious=st["spurious"],
+                          latency=st["latency"], holders_recovered=st["hold"], fake_stored=st["fake"],
+                          summary=summary)
+
+
+# ----------------------------------------------------------------------------------------
+# the paper's attacker statement
+@dataclass(frozen=True)
+class NoiseClientRule(JsonResult):
+    """The paper's entropy rule evaluated for a pure-noise batch, as a function of the r it is given.
+
+    Attributes
+    ----------
+    N, M, K : int
+    r_values : numpy.ndarray
+        (R,) qualities plugged into the rule.
+    one_minus_h_ab : numpy.ndarray
+        (S,) ``1 - H_AB`` of S noise batches against a broadcast of K random archetypes.
+    w_raw : numpy.ndarray
+        (S, R) the rule ``max(0, (H_AB - H_min(r)) / (1 - H_min(r)))`` before smoothing.
+    r_star : float
+        The r at which ``1 - H_min(r)`` equals the mean of ``1 - H_AB``: below it the rule gives
+        0 (the attacker collapses), above it close to 1.
+    r_star_pred : float
+        Its prediction ``(2 (1 - P0) / (N (N - 1)))^(1/4)`` (``P0``: probability that an entry of
+        the noise operator is exactly 0, even M).
+    mean_pred : float
+        Predicted mean of ``1 - H_AB``: ``(1 - P0) / (ln 2 N (N - 1))``.
+    """
+
+    N: int
+    M: int
+    K: int
+    r_values: np.ndarray
+    one_minus_h_ab: np.ndarray
+    w_raw: np.ndarray
+    r_star: float
+    r_star_pred: float
+    mean_pred: float
+
+
+def paper_rule_on_noise(N: int, M: int, K: int, r_values: np.ndarray, n_batches: int, rng: Any) -> NoiseClientRule:
+    """How the paper's rule treats a noise client, depending on the ``r`` it is fed.
+
+    A noise batch agrees in sign with the broadcast on a fraction ``p = 1/2 + O(1/N)`` of the
+    entries, so ``1 - H_AB ~ (2/ln 2)(p - 1/2)^2``, whose mean is ``(1 - P0)/(ln 2 N (N - 1))``;
+    the noise floor is ``1 - H_min(r) ~ r^4 / (2 ln 2)``. The rule is 0 for ``r`` below
+    ``r* ~ (2 / N^2)^(1/4) = 2^(1/4) / sqrt(N)`` and close to 1 above: the attacker collapses only
+    if it is given (or states) an ``r`` below ``r*``, i.e. if its near-zero quality is known.
+    Derived in {ref}`sec-noise-floor`; used in {ref}`sec-exp-adversarial`.
+    """
+    from fedlam import controller, data, operators
+    from fedlam._validation import as_rng
+
+    N = check_positive_int(N, "N", minimum=10)
+    M = check_positive_int(M, "M")
+    K = check_positive_int(K, "K")
+    n_batches = check_positive_int(n_batches, "n_batches")
+    if not isinstance(r_values, np.ndarray) or r_values.ndim != 1 or r_values.size == 0:
+        raise TypeError(f"r_values must be a non-empty 1-D array, got {type(r_values).__name__}")
+    for i, rv in enumerate(r_values):
+        check_quality(float(rv), f"r_values[{i}]")
+    gen = as_rng(rng)
+    hm = np.array([controller.h_min(float(rv)) for rv in r_values])
+    om = np.empty(n_batches)
+    w = np.empty((n_batches, r_values.size))
+    for b in range(n_batches):
+        A = operators.pattern_operator(data.random_archetypes(K, N, gen))
+        B = operators.hebbian(gen.choice(np.array([-1, 1], dtype=np.int8), size=(M, N)))
+        h = controller.binary_entropy(controller.sign_agreement(A, B))
+        om[b] = 1.0 - h
+        w[b] = np.maximum(0.0, (h - hm) / (1.0 - hm))
+    p0 = math.comb(M, M // 2) / 2.0**M if M % 2 == 0 else 0.0
+    mean_pred = (1.0 - p0) / (math.log(2.0) * N * (N - 1))
+    r_star_pred = (2.0 * (1.0 - p0) / (N * (N - 1))) ** 0.25
+    target = float(om.mean())
+    lo, hi = 1e-6, 1.0
+    for _ in range(200):  # 1 - H_min(r) increases with r
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if 1.0 - controller.h_min(mid) < target else (lo, mid)
+    return NoiseClientRule(N=N, M=M, K=K, r_values=r_values.astype(np.float64), one_minus_h_ab=om, w_raw=w,
+                           r_star=hi, r_star_pred=r_star_pred, mean_pred=mean_pred)
+

@@ -1,0 +1,475 @@
+"""Server defences (fedlam.robust): argument checks, estimators, bulk edges, the support test."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.stats
+
+from fedlam import data, khat, lam, operators, robust
+
+
+@dataclass(frozen=True)
+class Up:
+    """Stand-in with the fields of fedlam.protocol.Upload."""
+
+    operator: np.ndarray
+    batch_size: int
+    weight: float
+    noise_var: float | None
+    dp_sigma: float = 0.0
+
+
+def honest_uploads(xi, M, r, L, seed, pi=None, weight=1.0, broadcast=None):
+    K = xi.shape[0]
+    pi = np.ones(K) / K if pi is None else pi
+    out = []
+    for c in range(L):
+        pc = pi[c] if pi.ndim == 2 else pi
+        B = operators.hebbian(data.sample_examples(xi, M, r, pc, rng=seed * 100 + c)[0])
+        U = B if broadcast is None else weight * B + (1 - weight) * broadcast
+        out.append(Up(U, M, weight, 1 - r * r))
+    return out
+
+
+def poison_upload(fake, M, r):
+    return Up(operators.pattern_operator(fake[None]), M, float("nan"), 1 - r * r)
+
+
+def fake_of(seed, N):
+    return np.random.default_rng(seed).choice(np.array([-1, 1], dtype=np.int8), size=N)
+
+
+# ----------------------------------------------------------------------------------------
+# argument checks
+def test_check_defense_defaults_and_none():
+    assert robust.check_defense(None) == (None, {})
+    name, p = robust.check_defense("support", None, 5)
+    assert name == "support" and p["s"] == 2 and p["n_sigma"] == 4.0
+    assert robust.check_defense("trimmed", {"trim": 0.0}, 5)[1]["trim"] == 0.0
+    assert robust.check_defense("krum", None, 5)[1] == {"f": 1, "m": None}
+
+
+@pytest.mark.parametrize("bad", ["mean", "Median", "support ", ""])
+def test_unknown_defense(bad):
+    with pytest.raises(ValueError, match="defense must be None or one of"):
+        robust.check_defense(bad)
+
+
+def test_defense_type():
+    with pytest.raises(TypeError, match="defense must be None or one of"):
+        robust.check_defense(3)
+
+
+@pytest.mark.parametrize("s", [0, -1, 6])
+def test_support_s_range(s):
+    with pytest.raises(ValueError, match=r"defense_params\['s'\] must lie in \[1, L\] = \[1, 5\]"):
+        robust.check_defense("support", {"s": s}, 5)
+
+
+def test_support_s_type():
+    with pytest.raises(TypeError, match=r"defense_params\['s'\] must be an int"):
+        robust.check_defense("support", {"s": 2.0}, 5)
+
+
+@pytest.mark.parametrize("trim", [0.5, 0.7, -0.01])
+def test_trim_range(trim):
+    with pytest.raises(ValueError, match=r"defense_params\['trim'\] must lie in \[0, 0.5\)"):
+        robust.check_defense("trimmed", {"trim": trim}, 5)
+
+
+def test_unknown_param_and_params_without_defense():
+    with pytest.raises(TypeError, match="unknown key"):
+        robust.check_defense("median", {"s": 2})
+    with pytest.raises(ValueError, match="defense_params must be empty"):
+        robust.check_defense(None, {"s": 2})
+
+
+def test_krum_needs_enough_clients():
+    with pytest.raises(ValueError, match="needs L >= 2 f \\+ 3"):
+        robust.check_defense("krum", {"f": 1}, 4)
+    with pytest.raises(ValueError, match=r"defense_params\['m'\] must be <= L - f"):
+        robust.check_defense("krum", {"f": 1, "m": 5}, 5)
+
+
+def test_aggregate_bad_inputs():
+    xi = data.random_archetypes(2, 40, 0)
+    ups = honest_uploads(xi, 60, 0.8, 3, 0)
+    with pytest.raises(TypeError, match="uploads must be a non-empty list"):
+        robust.aggregate([])
+    with pytest.raises(ValueError, match="weights must be"):
+        robust.aggregate(ups, np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="unweighted estimator"):
+        robust.aggregate(ups, np.array([0.5, 0.25, 0.25]), "median")
+    with pytest.raises(ValueError, match="broadcast must be None or a float64"):
+        robust.aggregate(ups, None, "support", broadcast=np.zeros((3, 3)))
+    with pytest.raises(ValueError, match=r"\[1, L\] = \[1, 3\]"):
+        robust.aggregate(ups, None, "support", {"s": 4})
+    bad = [Up(np.zeros((40, 40), dtype=np.float32), 10, 1.0, None)]
+    with pytest.raises(TypeError, match="must be float64"):
+        robust.aggregate(bad)
+
+
+# ----------------------------------------------------------------------------------------
+# entrywise estimators
+@pytest.mark.parametrize("L", [1, 2, 3, 4, 5, 7, 9, 12])
+def test_entrywise_median_matches_numpy(L):
+    rng = np.random.default_rng(L)
+    ops = [rng.standard_normal((37, 37)) for _ in range(L)]
+    assert np.array_equal(robust.entrywise_median(ops), np.median(np.stack(ops), axis=0))
+
+
+@pytest.mark.parametrize("L,trim", [(5, 0.2), (5, 0.1), (7, 0.3), (10, 0.25), (3, 0.49)])
+def test_entrywise_trimmed_matches_scipy(L, trim):
+    rng = np.random.default_rng(10 + L)
+    ops = [rng.standard_normal((23, 23)) for _ in range(L)]
+    ref = scipy.stats.trim_mean(np.stack(ops), trim, axis=0)
+    np.testing.assert_allclose(robust.entrywise_trimmed_mean(ops, trim), ref, rtol=0, atol=1e-14)
+
+
+def test_entrywise_blocks(monkeypatch):
+    """Row blocks give the same result as one block."""
+    rng = np.random.default_rng(3)
+    ops = [rng.standard_normal((50, 50)) for _ in range(5)]
+    full = robust.entrywise_median(ops)
+    monkeypatch.setattr(robust, "_BLOCK_ELEMS", 50 * 5 * 3)
+    assert np.array_equal(robust.entrywise_median(ops), full)
+
+
+def _median_var_exact(L):
+    k = (L - 1) // 2
+    c = math.factorial(L) / (math.factorial(k) ** 2)
+    f = lambda x: x * x * c * scipy.stats.norm.cdf(x) ** k * scipy.stats.norm.sf(x) ** k * scipy.stats.norm.pdf(x)
+    return scipy.integrate.quad(f, -12, 12, epsabs=1e-13)[0]
+
+
+@pytest.mark.parametrize("L", [3, 5, 7])
+def test_gaussian_efficiency_median_exact(L):
+    exact = L * _median_var_exact(L)
+    # Monte Carlo with 2^20 draws: the relative standard error of a variance is about
+    # sqrt(2 / n) * (kurtosis factor ~1) = 0.14 %; allow 5 standard errors.
+    assert robust.gaussian_efficiency(L, "median") == pytest.approx(exact, rel=5 * math.sqrt(2 / 2**20))
+
+
+def test_gaussian_efficiency_trimmed_between_mean_and_median():
+    e_med = robust.gaussian_efficiency(5, "median")
+    e_tr = robust.gaussian_efficiency(5, "trimmed", 0.2)
+    assert 1.0 < e_tr < e_med
+    assert robust.gaussian_efficiency(5, "trimmed", 0.1) == 1.0  # floor(0.1 * 5) = 0: the mean
+    # trim 0.4 at L = 5 cuts two per side: the median
+    assert robust.gaussian_efficiency(5, "trimmed", 0.4) == pytest.approx(e_med, rel=1e-12)
+
+
+@pytest.mark.parametrize("defense", ["median", "trimmed"])
+def test_robust_edge_on_pure_noise(defense):
+    """The derived bulk of the median / trimmed mean of pure-noise uploads (mean's MP bulk plus
+    the semicircle of variance (e - 1) x the mean's) matches the largest eigenvalue; the MP
+    edge of the mean alone is far below it."""
+    N, M, L = 300, 300, 5
+    zs, zs_mp = [], []
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        ups = [Up(operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)), M, 1.0, 1.0)
+               for _ in range(L)]
+        ra = robust.aggregate(ups, None, defense)
+        comps, v = ra.details["derived_components"], ra.details["derived_noise_var"]
+        top = float(np.linalg.eigvalsh(ra.operator)[-1])
+        edge, tw = khat.free_edge(comps, v), khat.free_tw_scale(comps, N, v)
+        zs.append((top - edge) / tw)
+        mp_edge = khat.free_edge(comps, 0.0)
+        zs_mp.append((top - mp_edge) / tw)
+    # TW1 has mean -1.21 and sd 1.27: the mean of 4 draws lies in [-3.8, 1.4] with 4-sd margin
+    # (the +-1 entries sit a little lower than the Gaussian edge, chapter 7)
+    assert -3.8 <= np.mean(zs) <= 1.4, zs
+    if defense == "median":  # e_5 = 1.43: the mean's edge alone is several scales too low
+        assert min(zs_mp) > 3.0, zs_mp
+
+
+# ----------------------------------------------------------------------------------------
+# plain mean and Krum
+def test_mean_aggregate_and_components():
+    xi = data.random_archetypes(3, 60, 1)
+    ups = honest_uploads(xi, 100, 0.8, 4, 1)
+    w = np.array([0.1, 0.2, 0.3, 0.4])
+    ra = robust.aggregate(ups, w)
+    np.testing.assert_allclose(ra.operator, sum(wi * u.operator for wi, u in zip(w, ups)), atol=1e-15)
+    comps, v = khat.components_from_uploads(ups, w, 60)
+    assert ra.components == comps and ra.noise_var == v and ra.details == {"defense": None}
+
+
+def test_krum_rejects_rank_one_poisoner():
+    N, M, r = 200, 200, 0.9
+    xi = data.random_archetypes(3, N, 2)
+    ups = honest_uploads(xi, M, r, 4, 2) + [poison_upload(fake_of(5, N), M, r)]
+    ra = robust.aggregate(ups, None, "krum")
+    assert 4 not in ra.details["selected"] and ra.details["selected"].size == 4
+    ra1 = robust.aggregate(ups, None, "krum", {"f": 1, "m": 1})
+    assert ra1.details["selected"].size == 1 and ra1.details["selected"][0] != 4
+
+
+def test_krum_scores_hand_computed():
+    ops = [np.full((2, 2), float(x)) for x in (0.0, 1.0, 3.0, 7.0, 8.0)]
+    # squared Frobenius distances 4 (x - y)^2; L - f - 2 = 2 nearest with f = 1
+    d = lambda a, b: 4 * (a - b) ** 2
+    vals = [0, 1, 3, 7, 8]
+    exp = [sum(sorted(d(a, b) for b in vals if b != a)[:2]) for a in vals]
+    np.testing.assert_allclose(robust.krum_scores(ops, 1), exp)
+
+
+# ----------------------------------------------------------------------------------------
+# the support test
+def test_fresh_operator_removes_broadcast():
+    xi = data.random_archetypes(2, 50, 3)
+    A = operators.pattern_operator(xi)
+    B = operators.hebbian(data.sample_examples(xi, 80, 0.8, np.ones(2) / 2, rng=1)[0])
+    u = Up(0.3 * B + 0.7 * A, 80, 0.3, 0.36)
+    np.testing.assert_allclose(robust.fresh_operator(u, A), 0.3 * B, atol=1e-15)
+    assert robust.fresh_operator(Up(B, 80, float("nan"), None), A) is B
+
+
+def test_upload_threshold_single_mp():
+    N, M = 400, 200
+    t = robust.upload_threshold(Up(np.zeros((N, N)), M, 0.5, 0.36), N, n_sigma=0.0)
+    # MP edge of the fresh part, moved by the +-1 entries' kurtosis 4 / s2 - 6: edge sqrt(q) k / N
+    edge = 0.5 * 0.36 / N * (1 + math.sqrt(N / M)) ** 2
+    assert t == pytest.approx(edge * (1 + math.sqrt(N / M) * (4 / 0.36 - 6) / N), rel=1e-6)
+    assert math.isnan(robust.upload_threshold(Up(np.zeros((N, N)), 0, 1.0, 0.36), N))
+    assert math.isnan(robust.upload_threshold(Up(np.zeros((N, N)), 10, 0.0, 0.36), N))
+    # unknown bulk variance: the upper bound 1 (uniform +-1 entries, kurtosis -2)
+    assert robust.upload_threshold(Up(np.zeros((N, N)), M, 1.0, None), N, 0.0) == pytest.approx(
+        (1 + math.sqrt(N / M)) ** 2 / N * (1 - 2 * math.sqrt(N / M) / N), rel=1e-6)
+
+
+def test_pure_noise_certifies_nothing_even_in_its_own_top_directions():
+    """Uniform false alarm: the basis is the upload's own top eigenvectors (the worst case for a
+    Rayleigh-quotient test), yet nothing exceeds the edge plus 4 Tracy-Widom scales."""
+    N, M = 300, 300
+    for seed in range(5):
+        rng = np.random.default_rng(40 + seed)
+        B = operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8))
+        V = np.linalg.eigh(B)[1][:, -6:]
+        res = robust.support_test(None, [Up(B, M, 1.0, 1.0)], {"s": 1}, basis=V)
+        assert res.n_certified[0] == 0
+
+
+def _cleaned(ups, s=2, broadcast=None):
+    ra = robust.aggregate(ups, None, "support", {"s": s}, broadcast=broadcast)
+    kr = khat.k_hat_components(ra.spectrum, ra.components, ra.noise_var)
+    return ra, kr
+
+
+def test_support_removes_single_poisoner_keeps_archetypes():
+    N, M, r = 300, 300, 0.9
+    xi = data.random_archetypes(3, N, 4)
+    fake = fake_of(9, N)
+    ups = honest_uploads(xi, M, r, 4, 4) + [poison_upload(fake, M, r)]
+    plain = robust.aggregate(ups)
+    assert khat.k_hat_components(plain.operator, plain.components, plain.noise_var).k_hat == 4
+    ra, kr = _cleaned(ups)
+    assert ra.details["removed"] == 1 and kr.k_hat == 3
+    uf = fake / math.sqrt(N)
+    assert uf @ plain.operator @ uf > 0.15 and uf @ ra.operator @ uf < 0.01
+    res = lam.factorize(ra.operator, rng=0, spectrum=ra.spectrum)
+    assert res.n_accepted == 3
+    assert np.all(np.abs(res.patterns.astype(float) @ xi.T.astype(float)).max(axis=0) / N == 1.0)
+    np.testing.assert_array_equal(ra.details["n_certified"], [3, 3, 3, 3, 1])
+
+
+def test_support_spectrum_matches_operator():
+    N, M, r = 250, 250, 0.9
+    xi = data.random_archetypes(3, N, 5)
+    ups = honest_uploads(xi, M, r, 4, 5) + [poison_upload(fake_of(1, N), M, r)]
+    ra = robust.aggregate(ups, None, "support")
+    full = np.linalg.eigvalsh(ra.operator)[::-1]
+    k = len(ra.spectrum)
+    np.testing.assert_allclose(ra.spectrum.values[:k - 2], full[:k - 2], atol=1e-10)
+    assert ra.spectrum.trace == pytest.approx(np.trace(ra.operator))
+    V = ra.spectrum.vectors[:, :3]
+    np.testing.assert_allclose(ra.operator @ V, V * ra.spectrum.values[:3], atol=1e-9)
+
+
+@pytest.mark.parametrize("k,s,removed", [(2, 2, 0), (2, 3, 1), (3, 3, 0), (3, 4, 1)])
+def test_support_colluders_need_s_above_k(k, s, removed):
+    N, M, r = 250, 250, 0.9
+    xi = data.random_archetypes(2, N, 6)
+    fake = fake_of(3, N)
+    # 8 clients: 8 - k >= s honest holders, so only the fake can lose its support
+    ups = honest_uploads(xi, M, r, 8 - k, 6) + [poison_upload(fake, M, r) for _ in range(k)]
+    ra, kr = _cleaned(ups, s)
+    assert ra.details["removed"] == removed
+    assert kr.k_hat == 2 + (1 - removed)
+
+
+@pytest.mark.parametrize("holders,s,kept", [(2, 2, True), (1, 2, False), (1, 1, True), (2, 3, False)])
+def test_support_holders_versus_s(holders, s, kept):
+    """An archetype held by h clients survives iff h >= s (honest federation, L = 5)."""
+    N, M, r, L = 250, 250, 0.9, 5
+    xi = data.random_archetypes(2, N, 7)
+    pi = np.tile([1.0, 0.0], (L, 1))
+    pi[:holders] = [0.5, 0.5]                 # archetype 1 only at the first `holders` clients
+    ups = honest_uploads(xi, M, r, L, 7, pi=pi)
+    ra, kr = _cleaned(ups, s)
+    assert kr.k_hat == (2 if kept else 1)
+    assert ra.details["removed"] == (0 if kept else 1)
+
+
+def test_support_keeps_memory_without_fresh_evidence():
+    """Clients that upload only the broadcast (w = 0) abstain; the memory stays."""
+    N, r = 200, 0.9
+    xi = data.random_archetypes(3, N, 8)
+    A = operators.pattern_operator(xi)
+    ups = [Up(A.copy(), 100, 0.0, 1 - r * r) for _ in range(5)]
+    ra, kr = _cleaned(ups, 2, broadcast=A)
+    assert ra.details["removed"] == 0 and kr.k_hat == 3
+    assert np.array_equal(ra.details["n_certified"], np.zeros(5, dtype=np.int64))
+    assert ra.details["memory_dims"] == 3
+
+
+def test_support_no_spikes_is_identity():
+    N, M = 200, 200
+    rng = np.random.default_rng(2)
+    ups = [Up(operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)), M, 1.0, 1.0)
+           for _ in range(3)]
+    ra = robust.aggregate(ups, None, "support")
+    assert ra.details["k_hat_mean"] == 0 and ra.details["removed"] == 0
+    np.testing.assert_array_equal(ra.operator, robust.aggregate(ups).operator)
+
+
+def _targeted_fake(xi, N, frac, seed):
+    flips = np.random.default_rng(seed).permutation(N)[: int(frac * N)]
+    x = xi[0].copy()
+    x[flips] *= -1
+    return x
+
+
+def test_support_targeted_fake_needs_the_archetype_in_the_basis():
+    """A corrupted archetype (overlap 0.7) borrows the honest uploads' Rayleigh quotient: with the
+    archetype in the basis it is rejected, with only the candidates it passes (support_filter's Notes)."""
+    N, M, r = 250, 250, 0.9
+    xi = data.random_archetypes(3, N, 9)
+    xf = _targeted_fake(xi, N, 0.15, 1)
+    ups = honest_uploads(xi, M, r, 4, 9) + [poison_upload(xf, M, r)]
+    V = robust.aggregate(ups, None, "support").spectrum.vectors[:, :3]
+    plain = robust.aggregate(ups)
+    V4 = np.linalg.eigh(plain.operator)[1][:, -4:]
+    cands = np.vstack([xf, xi[1], xi[2]]).astype(np.int8)
+    mask_cands = robust.support_filter(cands, ups)                 # basis = the candidates only
+    mask_v = robust.support_filter(cands, ups, basis=V4)            # basis = detected eigenvectors
+    assert mask_cands.tolist() == [True, True, True]
+    assert mask_v.tolist() == [False, True, True]
+    # the aggregate-level defence recovers the archetype itself
+    ra = robust.aggregate(ups, None, "support")
+    res = lam.factorize(ra.operator, rng=0, spectrum=ra.spectrum)
+    ov = np.abs(res.patterns.astype(float) @ xi.T.astype(float)) / N
+    assert np.allclose(ov.max(axis=0), 1.0) and V.shape == (N, 3)
+
+
+def test_support_filter_votes_and_counts():
+    N, M, r = 250, 250, 0.9
+    xi = data.random_archetypes(2, N, 10)
+    fake = fake_of(4, N)
+    ups = honest_uploads(xi, M, r, 4, 10) + [poison_upload(fake, M, r)]
+    V = np.linalg.eigh(robust.aggregate(ups).operator)[1][:, -3:]
+    cands = np.vstack([xi, fake[None]]).astype(np.int8)
+    res = robust.support_test(cands, ups, basis=V)
+    assert res.accepted.tolist() == [True, True, False]
+    # a random pattern has squared overlap ~1/N with each archetype direction (K / N = 0.008)
+    assert np.all(res.votes[:2, :4] > 0.99) and np.all(res.votes[2, :4] < 0.05) and res.votes[2, 4] > 0.99
+    assert res.counts.tolist() == [4, 4, 1]
+    # the poisoner's direction was examined and has one vote; the archetypes' have four
+    assert sorted(res.direction_votes.tolist())[-1] == 4
+
+
+def test_support_memory_counts_s_votes():
+    N, M, r = 200, 200, 0.9
+    xi = data.random_archetypes(2, N, 12)
+    A = operators.pattern_operator(xi[:1])            # archetype 0 in memory, nobody holds it now
+    pi = np.tile([0.0, 1.0], (3, 1))
+    ups = honest_uploads(xi, M, r, 3, 12, pi=pi)
+    res = robust.support_test(xi.astype(np.int8), ups, {"s": 3}, broadcast=A,
+                              basis=np.linalg.qr(xi.T.astype(float))[0])
+    assert res.memory_dims == 1 and res.counts.tolist() == [3, 3] and res.accepted.all()
+
+
+def test_support_ritz_values_are_rayleigh_quotients():
+    """Ritz values in a one-dimensional basis are the Rayleigh quotient of the fresh part, which
+    for an archetype is w (pi_hat r^2 + (1 - r^2)/N + sum_nu pi_hat_nu r^2 m_nu^2) (chapter 12)."""
+    N, M, r, w = 200, 300, 0.8, 0.4
+    xi = data.random_archetypes(2, N, 11)
+    A = operators.pattern_operator(xi[:1])
+    eta, labels = data.sample_examples(xi, M, r, np.ones(2) / 2, rng=5)
+    up = Up(w * operators.hebbian(eta) + (1 - w) * A, M, w, 1 - r * r)
+    u = xi[1].astype(float) / math.sqrt(N)
+    res = robust.support_test(None, [up], {"s": 1}, broadcast=A, basis=u[:, None])
+    F = robust.fresh_operator(up, A)
+    assert res.ritz[0][0] == pytest.approx(u @ F @ u, rel=1e-12)
+    pi_hat = np.bincount(labels, minlength=2) / M
+    m01 = float(xi[0].astype(float) @ xi[1]) / N
+    pred = w * (pi_hat[1] * r * r + (1 - r * r) / N + pi_hat[0] * r * r * m01 ** 2)
+    # relative sd of the class-1 term ~ 2 sqrt((1 - r^2) / (N r^2 M_1)) ~ 0.5 %; allow 3 %
+    assert res.ritz[0][0] == pytest.approx(pred, rel=0.03)
+
+
+# ----------------------------------------------------------------------------------------
+# additive spikes (the poisoner's fake) on a free-convolution bulk
+def test_additive_spike_single_mp_closed_form():
+    """One MP component of scale a and ratio q: G* = 1/(a sqrt(q)(1 + sqrt(q))), so
+    theta_c = a sqrt(q)(1 + sqrt(q)); at theta_c the outlier is the edge a (1 + sqrt q)^2."""
+    a, q = 0.3, 0.25
+    comps = [khat.Component(a, q)]
+    tc = robust.critical_strength(comps)
+    assert tc == pytest.approx(a * math.sqrt(q) * (1 + math.sqrt(q)), rel=1e-9)
+    z, ov = robust.additive_spike_outlier(tc * (1 + 1e-9), comps)
+    assert z == pytest.approx(khat.free_edge(comps), rel=1e-6) and ov == pytest.approx(0.0, abs=1e-6)
+    assert robust.additive_spike_outlier(0.5 * tc, comps) == (pytest.approx(khat.free_edge(comps)), 0.0)
+    # semicircle only (noise_var v): R(G) = v G, theta_c = sqrt(v), z = theta + v / theta
+    z, ov = robust.additive_spike_outlier(2.0, [], noise_var=1.0)
+    assert z == pytest.approx(2.5) and ov == pytest.approx(1 - 1 / 4)
+    assert robust.critical_strength([], 1.0) == pytest.approx(1.0)
+
+
+def test_additive_spike_matches_simulation():
+    N, M, s2 = 300, 300, 0.19
+    rng = np.random.default_rng(7)
+    ops = [s2 * operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)) for _ in range(4)]
+    u = fake_of(2, N).astype(float) / math.sqrt(N)
+    comps = [khat.Component(s2 / N / 5, N / M)] * 4
+    theta = 10 * robust.critical_strength(comps)
+    J = sum(ops) / 5 + theta * np.outer(u, u)
+    vals, vecs = np.linalg.eigh(J)
+    z, ov = robust.additive_spike_outlier(theta, comps)
+    assert vals[-1] == pytest.approx(z, rel=0.02) and (vecs[:, -1] @ u) ** 2 == pytest.approx(ov, abs=0.05)
+
+
+def test_r_transform_derivative():
+    comps = [khat.Component(0.2, 0.5), khat.Component(0.05, 2.0)]
+    G, h = 1.3, 1e-6
+    R, dR = robust.r_transform(G, comps, 0.1)
+    assert dR == pytest.approx((robust.r_transform(G + h, comps, 0.1)[0] - robust.r_transform(G - h, comps, 0.1)[0]) / (2 * h), rel=1e-6)
+    with pytest.raises(TypeError, match="components"):
+        robust.r_transform(1.0, khat.Component(0.2, 0.5))
+
+
+def test_support_keeps_whole_memory_when_clients_hold_part_of_it():
+    """Drift: five patterns in memory, the clients' fresh data hold two of them; the memory's basis
+    is an arbitrary rotation inside its span, and the whole span stays."""
+    N, M, r, w = 300, 300, 0.9, 0.2
+    xi = data.random_archetypes(5, N, 13)
+    A = operators.pattern_operator(xi)
+    pi = np.zeros((5, 5))
+    pi[:, 3:] = 0.5
+    ups = honest_uploads(xi, M, r, 5, 13, pi=pi, weight=w, broadcast=A)
+    ra = robust.aggregate(ups, None, "support", {"s": 2}, broadcast=A)
+    assert ra.details["memory_dims"] == 5 and ra.details["removed"] == 0
+    res = lam.factorize(ra.operator, rng=0, spectrum=ra.spectrum)
+    assert np.all(metrics_magnetization(res.patterns, xi) == 1.0)
+
+
+def metrics_magnetization(patterns, xi):
+    from fedlam import metrics
+
+    return metrics.magnetization(patterns, xi)
