@@ -40,7 +40,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from . import controller as ctl
-from . import data, khat, lam, metrics, operators, spectral
+from . import attacks, data, khat, lam, metrics, operators, robust, spectral
 from ._validation import (
     _describe,
     as_rng,
@@ -107,6 +107,7 @@ class ClientSpec:
     mixture: np.ndarray | None = None
     kind: str = "honest"
     source: Any = None
+    behaviour: Any = None
 
     def __post_init__(self) -> None:
         check_choice(self.kind, "kind", CLIENT_KINDS)
@@ -191,7 +192,8 @@ class Client:
 
     def __init__(self, source: DataSource | None, controller: ctl.WeightController,
                  rng: np.random.Generator | int, *, kind: str = "honest", r: float | None = None,
-                 privacy: PrivacyMechanism | None = None, N: int | None = None) -> None:
+                 privacy: PrivacyMechanism | None = None, N: int | None = None,
+                 behaviour: Any = None) -> None:
         kind = check_choice(kind, "kind", CLIENT_KINDS)
         if not isinstance(controller, ctl.WeightController):
             raise TypeError(f"controller must be a WeightController, got {_describe(controller)}")
@@ -210,6 +212,8 @@ class Client:
         if privacy is not None and not callable(getattr(privacy, "apply", None)):
             raise TypeError(f"privacy must have an apply(operator, batch_size, rng) method, got {_describe(privacy)}")
         self.kind = kind
+        self.behaviour = None if behaviour is None else attacks.make_behaviour(behaviour)
+        self.__t = 0
         self.controller = controller
         self.__source = source
         self.__r = r
@@ -228,6 +232,7 @@ class Client:
 
     def observe(self, t: int) -> None:
         """Draw the private batch of round ``t``."""
+        self.__t = int(t)
         if self.__source is None:  # poison: holds no examples
             self.__examples = np.empty((0, self.N), dtype=np.int8)
             self.__labels = None
@@ -290,7 +295,10 @@ class Client:
         if self.kind == "flip":
             op = -op
         # the noise in the upload is w times the noise added to B
-        return Upload(op, M, w, s2, float(w * sigma))
+        up = Upload(op, M, w, s2, float(w * sigma))
+        if self.behaviour is not None:
+            up = self.behaviour.apply(attacks.HonestView(up, B, broadcast, self.__t))
+        return up
 
 
 @dataclass(frozen=True)
@@ -347,7 +355,8 @@ class Server:
     """
 
     def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None, *,
-                 k_rule: str = "scalars", secure: bool = False) -> None:
+                 k_rule: str = "scalars", secure: bool = False, defense: str | None = None,
+                 defense_params: dict | None = None) -> None:
         if isinstance(aggregation, str):
             check_choice(aggregation, "aggregation", ("equal", "batch"))
         elif not isinstance(aggregation, np.ndarray):
@@ -366,6 +375,9 @@ class Server:
         # validate the LAM options once, here, not inside every round
         lam._make_params(None, {k: v for k, v in self.lam_params.items()})
         self.secure = secure
+        self.defense, self.defense_params = robust.check_defense(defense, defense_params)
+        if secure and self.defense is not None:
+            raise ValueError(f"defense={defense!r} needs every client's upload; it cannot run under secure aggregation")
 
     def __repr__(self) -> str:
         agg = self.aggregation if isinstance(self.aggregation, str) else "fixed"
@@ -421,7 +433,8 @@ class Server:
                              **params)
 
     def round(self, uploads: Sequence[Upload], rng: np.random.Generator,
-              broadcast_rank: int = 0, aggregate: np.ndarray | None = None) -> RoundResult:
+              broadcast_rank: int = 0, aggregate: np.ndarray | None = None,
+              broadcast: np.ndarray | None = None) -> RoundResult:
         """One server step: aggregate, factorize, broadcast.
 
         Parameters
@@ -443,6 +456,21 @@ class Server:
                 raise TypeError(f"uploads[{c}] must be a fedlam.protocol.Upload, got {_describe(u)}")
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
+        if self.defense is not None:
+            # robust aggregation needs every operator (checked here like the plain path)
+            for c, u in enumerate(uploads):
+                check_operator(u.operator, f"uploads[{c}].operator")
+            if self.defense in ("median", "trimmed"):
+                weights = None          # unweighted estimators
+            ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast)
+            params = dict(self.lam_params)
+            if "k_method" not in params:
+                params["k_method"] = "free"
+                params["components"] = ra.components or [khat.Component(0.0, 1.0)]
+                params["noise_sigma"] = math.sqrt(ra.noise_var / ra.operator.shape[0])
+            result = lam.factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)
+            patterns = np.asarray(result.patterns, dtype=np.int8)
+            return RoundResult(ra.operator, result, patterns, self.broadcast(patterns), weights)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
@@ -668,6 +696,8 @@ def run_federation(
     secure: bool = False,
     privacy: PrivacyMechanism | None = None,
     participation: Any = None,
+    defense: str | None = None,
+    defense_params: dict | None = None,
 ) -> History:
     """Run T rounds of the federated protocol and record everything per round.
 
@@ -777,7 +807,9 @@ def run_federation(
     streams = gen.spawn(L + 1)
     rng_part = gen.spawn(1)[0]
     cp = dict(controller_params or {})
-    server = Server(aggregation, lam_params, k_rule=k_rule, secure=secure)
+    robust.check_defense(defense, defense_params, L)   # s <= L etc., before any work
+    server = Server(aggregation, lam_params, k_rule=k_rule, secure=secure, defense=defense,
+                    defense_params=defense_params)
     if isinstance(aggregation, np.ndarray):
         check_prob_vector(aggregation, "aggregation", size=L)
     clients = [
@@ -785,7 +817,7 @@ def run_federation(
                ctl.make_controller(controller, r=s.r if known_r else None, alpha=ema_alpha,
                                    w_init=w_init, **({} if isinstance(controller, numbers.Real) else cp)),
                streams[c], kind=s.kind, r=s.r if known_r and s.kind != "noise" else None,
-               privacy=privacy, N=N)
+               privacy=privacy, N=N, behaviour=s.behaviour)
         for c, s in enumerate(specs)
     ]
     rec = _Recorder(archetypes, T, L, n_top)
@@ -793,7 +825,8 @@ def run_federation(
     # round 0: no feedback (None), or an empty memory the controllers can judge against
     broadcast = np.zeros((N, N)) if control_round0 else None
     k_broadcast = 0
-    stream = server.k_rule == "scalars"  # sum the uploads as they arrive: O(N^2) memory
+    # sum the uploads as they arrive: O(N^2) memory (a defence needs every upload)
+    stream = server.k_rule == "scalars" and server.defense is None
     for t in range(T):
         sample = part.sample_round(t, part.available(t, L), rng_part)
         rec.asked.append(sample.asked)
@@ -810,7 +843,8 @@ def run_federation(
         if isinstance(aggregation, np.ndarray) and len(ids) < L:
             sub = aggregation[ids].astype(np.float64)
             om = sub / sub.sum() if sub.sum() > 0 else None
-            server_t = Server(om if om is not None else "equal", lam_params, k_rule=k_rule, secure=secure)
+            server_t = Server(om if om is not None else "equal", lam_params, k_rule=k_rule, secure=secure,
+                              defense=defense, defense_params=defense_params)
         else:
             server_t = server
         om = server_t.weights(len(ids), sizes)
@@ -823,7 +857,9 @@ def run_federation(
                 total = server_t.accumulate(total, up, 1.0 / len(ids) if om is None else float(om[j]))
                 up = up.without_operator()
             uploads.append(up)
-        rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total)
+        # a defence removes the broadcast it sent from every upload (the clients' fresh evidence)
+        kw = {"broadcast": broadcast} if server.defense is not None else {}
+        rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, **kw)
         if reconstruct is not None:
             patterns = reconstruct(rr.result)
             if not isinstance(patterns, np.ndarray):

@@ -190,3 +190,20 @@ def test_file_sources_run(tmp_path):
 
     pats = np.array(h["rounds"][-1]["patterns"], dtype=np.int8)
     assert h["rounds"][-1]["k_hat"] == K and metrics.magnetization(pats, xi).min() > 0.9
+
+
+@pytest.mark.parametrize("defense", ["support", "median"])
+def test_defense_option_passes_through_bit_identical(defense):
+    """server-options {"defense": ...} runs the same robust server as run_federation(defense=),
+    including the broadcast the support test removes from each upload."""
+    import json
+
+    from fedlam import data, federation
+
+    rc, nodes = _setup(precision="float64", rounds=3, **{"server-options": json.dumps({"defense": defense})})
+    h, _, _ = _serve(rc, nodes)
+    xi = data.random_archetypes(K, N, 7)
+    specs = [federation.ClientSpec(r=R, M=M, mixture=np.full((3, K), 1 / K)) for _ in range(L)]
+    ref = federation.run_federation(xi, specs, 3, rc["seed"], defense=defense)
+    assert history.compare(h, ref)["identical"]
+    assert [r["k_hat"] for r in h["rounds"]] == ref.k_hat.tolist()

@@ -111,14 +111,18 @@ class _Sites:
 
 
 def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
-                 k_broadcast: int) -> tuple[np.ndarray, Any, np.ndarray]:
+                 k_broadcast: int, patterns: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray]:
     """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
-    index): (patterns, factorize result, aggregate)."""
+    index): (patterns, factorize result, aggregate). ``patterns`` is the last broadcast (a
+    defence removes its operator from the uploads, as ``run_federation`` does)."""
     from fedlam.protocol import Upload
 
     uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
                for op, s in zip(ops, scal)]
-    rr = server.round(uploads, rng, broadcast_rank=k_broadcast)
+    kw = {}
+    if getattr(server, "defense", None) is not None and patterns is not None:
+        kw["broadcast"] = server.broadcast(patterns)
+    rr = server.round(uploads, rng, broadcast_rank=k_broadcast, **kw)
     return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate
 
 
@@ -221,7 +225,7 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         if len(order) >= rc.min_clients:
             ops = [uploads[i][0] for i in order]
             scal = [uploads[i][1] for i in order]
-            patterns, result, J = _server_step(server, ops, scal, rng_server, k_broadcast)
+            patterns, result, J = _server_step(server, ops, scal, rng_server, k_broadcast, patterns)
             k_broadcast = patterns.shape[0]
             vals = np.sort(np.asarray(federation._server_values(result, J)))[::-1]
             rec.update({"skipped": False, "k_hat": int(result.k_hat), "n_patterns": int(k_broadcast),
