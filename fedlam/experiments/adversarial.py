@@ -375,20 +375,19 @@ def _run_seed(p: AdversarialParams, seed_xi: int, seed_fed: int) -> dict:
 
 
 def _map_seeds(fn: Any, p: Any, pairs: list, executor: Any) -> list:
-    """``fn(p, seed_xi, seed_fed)`` over the seed pairs: ``executor.map`` if given, else a loop."""
-    if executor is None:
-        return [fn(p, a, b) for a, b in pairs]
-    if not callable(getattr(executor, "map", None)):
-        raise TypeError(f"executor must have a map(fn, *iterables) method (concurrent.futures), got "
-                        f"{type(executor).__name__}")
-    return list(executor.map(fn, [p] * len(pairs), [a for a, _ in pairs], [b for _, b in pairs]))
+    """``fn(p, seed_xi, seed_fed)`` over the seed pairs, through
+    :func:`fedlam.experiments._executor.map_seeds` (serial, an executor, or ``FEDLAM_SCHEDULER``)."""
+    from fedlam.experiments._executor import map_seeds
+
+    return map_seeds(fn, [(p, a, b) for a, b in pairs], executor)
 
 
 def run(params: AdversarialParams, rng: Any, executor: Any = None) -> AdversarialResult:
     """Run every (attack, defence, controller) triple on the same archetypes and client seeds.
 
-    ``executor`` (optional, a :class:`concurrent.futures.Executor` or a Dask client's executor)
-    maps the seeds in parallel; the results are the same as with the plain loop.
+    ``executor`` (optional, a :class:`concurrent.futures.Executor` or a Dask client's executor;
+    None: serial, or the Dask cluster of ``FEDLAM_SCHEDULER``) maps the seeds in parallel; the
+    results are the same as with the plain loop.
     """
     if not isinstance(params, AdversarialParams):
         raise TypeError(f"params must be an AdversarialParams, got {type(params).__name__}")

@@ -29,6 +29,7 @@ from fedlam.experiments._common import (
     check_positive_int,
     make_params as _make_params,
 )
+from fedlam.experiments._executor import map_seeds
 
 __all__ = ["BBPParams", "BBPResult", "PRESETS", "make_params", "run", "r_squared"]
 
@@ -183,7 +184,43 @@ def _summarise(res: dict, sup: np.ndarray, n_sup: np.ndarray) -> dict:
     }
 
 
-def run(params: BBPParams, rng: Any) -> BBPResult:
+def _bbp_seed(params: BBPParams, child: np.random.Generator, rank: np.ndarray, n_sup: np.ndarray,
+              edge_high: np.ndarray) -> tuple:
+    """One trial of :func:`run` with its own generator: (top, attributed, overlap,
+    subspace_overlap, n_detected), each with a leading axis over the batch sizes."""
+    from fedlam import data, operators
+
+    N, K, L = params.N, params.K, params.L
+    pi = np.array(params.pi, dtype=np.float64)
+    Ms = np.array(params.Ms, dtype=np.int64)
+    nM, n_top = len(Ms), params.n_top
+    n_keep = max(n_top, K)
+    top = np.empty((nM, n_top))
+    attributed = np.empty((nM, K))
+    ov = np.empty((nM, K))
+    sub_ov = np.empty((nM, K))
+    n_det = np.empty(nM, dtype=np.int64)
+    xi = data.random_archetypes(K, N, child)
+    U = xi.astype(np.float64).T / np.sqrt(N)  # (N, K) unit archetype directions
+    for m, M in enumerate(Ms):
+        per_client = int(M) // L
+        ops = []
+        for _c in range(L):
+            ex, _labels = data.sample_examples(xi, per_client, params.r, pi, child)
+            ops.append(operators.hebbian(ex))
+        J = ops[0] if L == 1 else operators.aggregate(np.stack(ops))
+        vals, vecs = scipy.linalg.eigh(N * J, subset_by_index=(N - n_keep, N - 1))
+        vals, vecs = vals[::-1], vecs[:, ::-1]
+        top[m] = vals[:n_top]
+        proj2 = (vecs.T @ U) ** 2  # (n_keep, K)
+        attributed[m] = vals[rank]
+        ov[m] = proj2[rank, np.arange(K)]
+        sub_ov[m] = proj2[: n_sup[m]].sum(axis=0)
+        n_det[m] = int(np.sum(vals > edge_high[m]))
+    return top, attributed, ov, sub_ov, n_det
+
+
+def run(params: BBPParams, rng: Any, executor: Any = None) -> BBPResult:
     """Run the BBP panel.
 
     Parameters
@@ -193,6 +230,9 @@ def run(params: BBPParams, rng: Any) -> BBPResult:
     rng : numpy.random.Generator or int
         Master seed; trial ``s`` uses the ``s``-th child of ``rng.spawn`` so the first trials do
         not depend on the total number of trials.
+    executor : concurrent.futures.Executor, optional
+        Where the trials run (:func:`fedlam.experiments._executor.map_seeds`; None: serial, or
+        the Dask cluster of ``FEDLAM_SCHEDULER``). The result does not depend on it.
 
     Returns
     -------
@@ -201,7 +241,7 @@ def run(params: BBPParams, rng: Any) -> BBPResult:
     if not isinstance(params, BBPParams):
         raise TypeError(f"params must be a BBPParams, got {type(params).__name__}")
     gen = as_rng(rng)
-    from fedlam import data, operators, rmt
+    from fedlam import rmt
 
     N, K, L = params.N, params.K, params.L
     pi = np.array(params.pi, dtype=np.float64)
@@ -231,25 +271,9 @@ def run(params: BBPParams, rng: Any) -> BBPResult:
     ov = np.empty((S, nM, K))
     sub_ov = np.empty((S, nM, K))
     n_det = np.empty((S, nM), dtype=np.int64)
-    n_keep = max(n_top, K)
-    for s, child in enumerate(gen.spawn(S)):
-        xi = data.random_archetypes(K, N, child)
-        U = xi.astype(np.float64).T / np.sqrt(N)  # (N, K) unit archetype directions
-        for m, M in enumerate(Ms):
-            per_client = int(M) // L
-            ops = []
-            for _c in range(L):
-                ex, _labels = data.sample_examples(xi, per_client, params.r, pi, child)
-                ops.append(operators.hebbian(ex))
-            J = ops[0] if L == 1 else operators.aggregate(np.stack(ops))
-            vals, vecs = scipy.linalg.eigh(N * J, subset_by_index=(N - n_keep, N - 1))
-            vals, vecs = vals[::-1], vecs[:, ::-1]
-            top[s, m] = vals[:n_top]
-            proj2 = (vecs.T @ U) ** 2  # (n_keep, K)
-            attributed[s, m] = vals[rank]
-            ov[s, m] = proj2[rank, np.arange(K)]
-            sub_ov[s, m] = proj2[: n_sup[m]].sum(axis=0)
-            n_det[s, m] = int(np.sum(vals > edge_high[m]))
+    tasks = [(params, child, rank, n_sup, edge_high) for child in gen.spawn(S)]
+    for s, (t_, a_, o_, so_, d_) in enumerate(map_seeds(_bbp_seed, tasks, executor)):
+        top[s], attributed[s], ov[s], sub_ov[s], n_det[s] = t_, a_, o_, so_, d_
 
     fields = dict(
         q=q, edge_low=edge_low, edge_high=edge_high, kappa=kappa, kappa_paper=kappa_paper,

@@ -24,6 +24,7 @@ from fedlam.experiments._common import (
     make_params as _make_params,
     seed_pairs,
 )
+from fedlam.experiments._executor import map_seeds
 
 __all__ = ["DriftParams", "DriftResult", "PRESETS", "make_params", "run"]
 
@@ -123,7 +124,23 @@ class DriftResult(JsonResult):
     summary: dict = field(default_factory=dict)
 
 
-def run(params: DriftParams, rng: Any) -> DriftResult:
+def _drift_seed(p: DriftParams, seed_xi: int, seed_fed: int) -> tuple:
+    """One seed of :func:`run`: every controller on the same archetypes and client streams."""
+    from fedlam import data, federation
+
+    sched = data.sequential_drift(p.T, p.L, p.K, width=p.width)
+    xi = data.random_archetypes(p.K, p.N, seed_xi)
+    specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
+    out = []
+    for ctrl in p.controllers:
+        h = federation.run_federation(
+            xi, specs, p.T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r
+        )
+        out.append((h.magnetization, h.weights, h.k_hat, h.spurious, h.exposure))
+    return tuple(out)
+
+
+def run(params: DriftParams, rng: Any, executor: Any = None) -> DriftResult:
     """Run every controller on the same drifting federation for each seed.
 
     Parameters
@@ -132,6 +149,9 @@ def run(params: DriftParams, rng: Any) -> DriftResult:
     rng : numpy.random.Generator or int
         Master seed. Seed ``s`` draws one pair of int seeds (archetypes, federation) shared by
         all controllers, so the controllers see identical data.
+    executor : concurrent.futures.Executor, optional
+        Where the seeds run (:func:`fedlam.experiments._executor.map_seeds`; None: serial, or
+        the Dask cluster of ``FEDLAM_SCHEDULER``). The result does not depend on it.
 
     Returns
     -------
@@ -139,7 +159,7 @@ def run(params: DriftParams, rng: Any) -> DriftResult:
     """
     if not isinstance(params, DriftParams):
         raise TypeError(f"params must be a DriftParams, got {type(params).__name__}")
-    from fedlam import data, federation
+    from fedlam import data
 
     p = params
     sched = data.sequential_drift(p.T, p.L, p.K, width=p.width)
@@ -150,15 +170,11 @@ def run(params: DriftParams, rng: Any) -> DriftResult:
     kh = np.zeros((S, C, p.T), dtype=np.int64)
     sp = np.zeros((S, C, p.T), dtype=np.int64)
     expo = np.zeros((S, p.T, p.K))
-    for s, (seed_xi, seed_fed) in enumerate(seed_pairs(rng, S)):
-        xi = data.random_archetypes(p.K, p.N, seed_xi)
-        specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
-        for ci, ctrl in enumerate(p.controllers):
-            h = federation.run_federation(
-                xi, specs, p.T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r
-            )
-            mag[s, ci], w[s, ci], kh[s, ci], sp[s, ci] = h.magnetization, h.weights, h.k_hat, h.spurious
-            expo[s] = h.exposure
+    tasks = [(p, a, b) for a, b in seed_pairs(rng, S)]
+    for s, per_ctrl in enumerate(map_seeds(_drift_seed, tasks, executor)):
+        for ci, (m_, w_, k_, sp_, e_) in enumerate(per_ctrl):
+            mag[s, ci], w[s, ci], kh[s, ci], sp[s, ci] = m_, w_, k_, sp_
+            expo[s] = e_
     from fedlam import rmt
 
     shift = 0.5 * np.abs(np.diff(pi, axis=0)).sum(axis=1)  # total-variation change, rounds 1..T-1

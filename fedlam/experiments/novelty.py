@@ -25,6 +25,7 @@ from fedlam.experiments._common import (
     make_params as _make_params,
     seed_pairs,
 )
+from fedlam.experiments._executor import map_seeds
 
 __all__ = ["NoveltyParams", "NoveltyResult", "PRESETS", "make_params", "run", "first_round"]
 
@@ -149,11 +150,42 @@ class NoveltyResult(JsonResult):
     summary: dict = field(default_factory=dict)
 
 
-def run(params: NoveltyParams, rng: Any) -> NoveltyResult:
-    """Run the novelty federation for every controller and seed (paired data across controllers)."""
+def _novelty_seed(p: NoveltyParams, seed_xi: int, seed_fed: int) -> list:
+    """One seed of :func:`run`: per controller (k_hat, magnetization, weights, gap, spurious,
+    latency_k, latency_m, dip)."""
+    from fedlam import data, federation, spectral
+
+    K, Ko, T = p.K, p.K_old, p.T
+    sched = data.novelty_ramp(p.T, p.L, p.K_old, p.K_new, p.t_intro, p.ramp)
+    xi = data.random_archetypes(K, p.N, seed_xi)
+    specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
+    out = []
+    for ctrl in p.controllers:
+        h = federation.run_federation(
+            xi, specs, T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r,
+            n_top=max(10, K + 2),
+        )
+        top = spectral.dream_eigenvalues(np.nan_to_num(h.top_eigenvalues, nan=0.0), p.dream_time)
+        lam_k, lam_k1 = top[:, Ko - 1], top[:, Ko]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = np.where(lam_k > 0, (lam_k - lam_k1) / lam_k, np.nan)
+        old = h.magnetization[:, :Ko].mean(axis=1)
+        dip = old[p.t_intro - 1] - old[p.t_intro:].min() if p.t_intro > 0 else np.nan
+        out.append((h.k_hat, h.magnetization, h.weights, gap, h.spurious,
+                    first_round(h.k_hat >= K, p.t_intro),
+                    first_round(h.magnetization[:, Ko:].min(axis=1) >= 0.8, p.t_intro), dip))
+    return out
+
+
+def run(params: NoveltyParams, rng: Any, executor: Any = None) -> NoveltyResult:
+    """Run the novelty federation for every controller and seed (paired data across controllers).
+
+    ``executor`` (a ``concurrent.futures`` executor, optional) runs the seeds
+    (:func:`fedlam.experiments._executor.map_seeds`); the result does not depend on it.
+    """
     if not isinstance(params, NoveltyParams):
         raise TypeError(f"params must be a NoveltyParams, got {type(params).__name__}")
-    from fedlam import data, federation, spectral
+    from fedlam import data
 
     p = params
     K, Ko = p.K, p.K_old
@@ -167,24 +199,11 @@ def run(params: NoveltyParams, rng: Any) -> NoveltyResult:
     lat_k = np.full((S, C), np.nan)
     lat_m = np.full((S, C), np.nan)
     dip = np.full((S, C), np.nan)
-    for s, (seed_xi, seed_fed) in enumerate(seed_pairs(rng, S)):
-        xi = data.random_archetypes(K, p.N, seed_xi)
-        specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
-        for ci, ctrl in enumerate(p.controllers):
-            h = federation.run_federation(
-                xi, specs, T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r,
-                n_top=max(10, K + 2),
-            )
-            kh[s, ci], mag[s, ci], w[s, ci], sp[s, ci] = h.k_hat, h.magnetization, h.weights, h.spurious
-            top = spectral.dream_eigenvalues(np.nan_to_num(h.top_eigenvalues, nan=0.0), p.dream_time)
-            lam_k, lam_k1 = top[:, Ko - 1], top[:, Ko]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                gap[s, ci] = np.where(lam_k > 0, (lam_k - lam_k1) / lam_k, np.nan)
-            lat_k[s, ci] = first_round(h.k_hat >= K, p.t_intro)
-            lat_m[s, ci] = first_round(h.magnetization[:, Ko:].min(axis=1) >= 0.8, p.t_intro)
-            old = h.magnetization[:, :Ko].mean(axis=1)
-            if p.t_intro > 0:
-                dip[s, ci] = old[p.t_intro - 1] - old[p.t_intro:].min()
+    tasks = [(p, a, b) for a, b in seed_pairs(rng, S)]
+    for s, per_ctrl in enumerate(map_seeds(_novelty_seed, tasks, executor)):
+        for ci, row in enumerate(per_ctrl):
+            kh[s, ci], mag[s, ci], w[s, ci], gap[s, ci], sp[s, ci] = row[:5]
+            lat_k[s, ci], lat_m[s, ci], dip[s, ci] = row[5:]
     from fedlam import rmt
 
     pi = sched.mean(axis=1)
