@@ -18,6 +18,7 @@ import scipy.sparse.linalg
 
 from fedlam._validation import check_operator
 
+
 # ----------------------------------------------------------------------------------------
 # spectra
 @functools.lru_cache(maxsize=8)

@@ -115,7 +115,6 @@ import numpy as np
 import scipy.linalg
 
 from . import rmt
-from .data import _check_alloc
 from ._validation import (
     _describe,
     check_in_range,
@@ -127,6 +126,7 @@ from ._validation import (
     check_quality,
     check_real,
 )
+from .data import _check_alloc
 
 __all__ = [
     "sign_agreement",
@@ -1161,7 +1161,7 @@ class PaperController(WeightController):
         self.r_min = check_in_range(r_min, "r_min", 0.0, 1.0)
         self.needs_spectrum = self.r is None
 
-    def raw(self, A, B, M, spectrum):  # noqa: D102
+    def raw(self, A, B, M, spectrum):
         if self.r is not None:
             r = self.r
             r_hat = float("nan")
@@ -1202,7 +1202,7 @@ class NoveltyController(WeightController):
         self.w_floor = check_in_range(w_floor, "w_floor", 0.0, 1.0)
         self.tw_quantile = check_real(tw_quantile, "tw_quantile")
 
-    def raw(self, A, B, M, spectrum):  # noqa: D102
+    def raw(self, A, B, M, spectrum):
         spec = spectrum if spectrum is not None else local_spectrum(B=B, M=M)
         s2 = None if self.r is None or self.r >= 1.0 else 1.0 - self.r**2
         if spec.N != A.shape[0]:
@@ -1227,7 +1227,7 @@ class ConstantController(WeightController):
         super().__init__(alpha=1.0, w_init=w)
         self.w = w
 
-    def raw(self, A, B, M, spectrum):  # noqa: D102
+    def raw(self, A, B, M, spectrum):
         return self.w, float("nan"), {}, True
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlam._validation import check_positive_int, check_nonneg_int, check_real
+from fedlam._validation import check_nonneg_int, check_positive_int, check_real
 
 __all__ = [
     "EIGH_FLOPS_PER_N3",

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import functools
 import numbers
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from . import controller as ctl
 from . import attacks, data, khat, lam, metrics, operators, robust, spectral
+from . import controller as ctl
 from ._validation import (
     _describe,
     as_rng,

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlam.data import _check_alloc
 from fedlam._validation import (
     as_rng,
     check_choice,
@@ -36,6 +35,7 @@ from fedlam._validation import (
     check_pm1,
     check_positive_int,
 )
+from fedlam.data import _check_alloc
 
 __all__ = [
     "energy",

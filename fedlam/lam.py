@@ -27,8 +27,9 @@ Derived in {ref}`sec-lam-fields`, {ref}`sec-lam-seeding` and {ref}`sec-lam-accep
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -239,7 +240,7 @@ class LAMParams:
         if self.span_margin is not None:
             check_in_range(self.span_margin, "span_margin", 0.0, 1.0)
 
-    def replace(self, **changes: Any) -> "LAMParams":
+    def replace(self, **changes: Any) -> LAMParams:
         """A copy with some fields changed (validated)."""
         return replace(self, **changes)
 

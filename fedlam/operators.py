@@ -15,7 +15,7 @@ Normalisation (used everywhere in fedlam): ``J = eta^T eta / (N M)``, so ``J_ii 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

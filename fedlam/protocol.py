@@ -23,7 +23,6 @@ import numpy as np
 from fedlam import data
 from fedlam._validation import (
     _describe,
-    as_rng,
     check_choice,
     check_in_range,
     check_nonneg_int,
@@ -100,7 +99,7 @@ class Upload:
                 "noise_var": None if self.noise_var is None else float(self.noise_var),
                 "dp_sigma": float(self.dp_sigma)}
 
-    def without_operator(self) -> "Upload":
+    def without_operator(self) -> Upload:
         """The same scalars without the operator (the server's view under secure aggregation)."""
         return Upload(None, self.batch_size, self.weight, self.noise_var, self.dp_sigma)
 
@@ -258,7 +257,7 @@ class ArraySource:
                 raise ValueError(f"labels must be an int array of shape ({n},) or None, got {_describe(lab)}")
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, M: int | np.ndarray, order: str = "stream") -> "ArraySource":
+    def from_file(cls, path: str | os.PathLike, M: int | np.ndarray, order: str = "stream") -> ArraySource:
         """Load a site's examples from ``.npy`` or ``.npz`` (see the class notes for the format)."""
         p = os.fspath(path)
         if not os.path.isfile(p):

@@ -40,9 +40,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = [
     "NOTEBOOKS",

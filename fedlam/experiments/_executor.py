@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import atexit
 import os
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from fedlam._validation import _describe
 

@@ -27,6 +27,8 @@ from fedlam.experiments._common import (
     check_int_tuple,
     check_mixture_tuple,
     check_positive_int,
+)
+from fedlam.experiments._common import (
     make_params as _make_params,
 )
 from fedlam.experiments._executor import map_seeds

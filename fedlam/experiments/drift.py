@@ -21,8 +21,10 @@ from fedlam.experiments._common import (
     check_in_range,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 from fedlam.experiments._executor import map_seeds
 

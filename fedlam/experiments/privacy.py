@@ -26,8 +26,10 @@ from fedlam.experiments._common import (
     check_int_tuple,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 
 __all__ = ["PrivacyParams", "PrivacyResult", "PRESETS", "make_params", "run", "server_factorize",

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,10 @@ from fedlam.experiments._common import (
     check_nonneg_int,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 
 __all__ = [
@@ -548,7 +551,7 @@ def _single_grid(p: StructuredParams, xi: np.ndarray, classes: tuple, seed: int)
 
 
 def _part2(p: StructuredParams, gen: np.random.Generator) -> dict:
-    from fedlam import data, federation, metrics
+    from fedlam import data, federation
 
     nK, nsub, R, nS = len(p.Ks), p.n_subsets, len(p.rs), len(p.searches)
     C = 1 + R

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

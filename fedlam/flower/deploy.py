@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["FlowerError", "LocalFederation", "free_port", "format_node_config", "format_toml_value",
            "write_app", "flower_environment", "APP_COMPONENTS", "processes_with_env"]
@@ -221,7 +222,7 @@ class LocalFederation:
     node_ports: list = field(default_factory=list, init=False)
 
     # -- life cycle --------------------------------------------------------------------------
-    def __enter__(self) -> "LocalFederation":
+    def __enter__(self) -> LocalFederation:
         self._tmp = tempfile.TemporaryDirectory(prefix="fedlam-flower-")
         self.home = Path(self._tmp.name) / "flwr-home"
         self.home.mkdir()

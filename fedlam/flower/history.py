@@ -21,8 +21,9 @@ identical. Derived in {ref}`sec-deploy-run`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -28,8 +28,9 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["main", "build_parser", "plan_from_args", "run"]
 

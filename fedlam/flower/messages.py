@@ -18,7 +18,8 @@ Nothing else leaves a site: no examples, labels, archetypes or random state.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import pickle
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

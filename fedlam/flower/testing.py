@@ -10,9 +10,10 @@ killed SuperNode), or to join late.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["FakeGrid", "FakeNode", "run_in_process"]
 

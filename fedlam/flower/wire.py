@@ -27,7 +27,7 @@ operator ``xi^T xi / N`` (which every client rebuilds exactly with
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
