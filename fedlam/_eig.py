@@ -190,7 +190,8 @@ def _check_spectrum_of(spec: Spectrum, J: np.ndarray) -> None:
     tr = float(np.trace(J))
     fro = float(np.einsum("ij,ij->", J, J))
     scale = max(fro, 1e-300)
-    bad = abs(spec.trace - tr) > 1e-8 * (abs(tr) + np.sqrt(scale) * J.shape[0] ** 0.5) or abs(spec.sum_sq - fro) > 1e-8 * scale
+    bad = (abs(spec.trace - tr) > 1e-8 * (abs(tr) + np.sqrt(scale) * J.shape[0] ** 0.5)
+           or abs(spec.sum_sq - fro) > 1e-8 * scale)
     if not bad and spec.vectors.shape[1]:
         k = min(spec.vectors.shape[1], 8)
         V = spec.vectors[:, :k]

@@ -530,7 +530,7 @@ def sign_agreement_moments(r: float, M: int, pi: np.ndarray, N: int, memory: int
     t, tw = np.polynomial.legendre.leggauss(20)
     hh, kk = h[:, None], h[None, :]
     cov = np.zeros_like(c)
-    for tj, wj in zip(t, tw):
+    for tj, wj in zip(t, tw, strict=True):
         rho_t = c * (tj + 1.0) / 2.0
         den = 1.0 - rho_t**2
         dens = np.exp(-(hh**2 - 2.0 * rho_t * hh * kk + kk**2) / (2.0 * den)) / (2.0 * np.pi * np.sqrt(den))

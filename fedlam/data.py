@@ -279,8 +279,8 @@ def decorrelate(
 
     (mean off-diagonal |overlap| 0.279 -> 0.012). Overlap of each "gram" pattern with its
     original (1 - 2 x fraction of flipped bits): [1.000, 0.643, 0.936] -- the greedy
-    descent flips mostly the pattern that overlaps most with the others (bass). The flipped bits are scattered over the pixels that the
-    correlated patterns share (mostly background), so each silhouette stays
+    descent flips mostly the pattern that overlaps most with the others (bass). The flipped
+    bits are scattered over the pixels that the correlated patterns share (mostly background), so each silhouette stays
     recognisable, with salt-and-pepper noise. This changes the experiment: the network
     then stores near-orthogonal surrogates of the images (the regime in which Hebbian
     storage works, as for random patterns), not the correlated images themselves.
@@ -536,7 +536,8 @@ def random_supports(L: int, K: int, size: int, rng: np.random.Generator | int) -
     if size > K:
         raise ValueError(f"size must be <= K = {K}, got {size}")
     if L * size < K:
-        raise ValueError(f"L * size must be >= K = {K} so that the supports cover every archetype, got L={L}, size={size}")
+        raise ValueError(f"L * size must be >= K = {K} so that the supports cover every archetype, "
+                         f"got L={L}, size={size}")
     gen = as_rng(rng)
     perm = gen.permutation(K)
     sups: list[set[int]] = [set() for _ in range(L)]

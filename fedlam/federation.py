@@ -425,7 +425,7 @@ class Server:
         if self.k_rule == "fit":
             comps = [khat._fit_operator(u.operator, component_k) for u in uploads]
             om = weights if weights is not None else np.full(L, 1.0 / L)
-            sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads)))
+            sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads, strict=True)))
             return lam.factorize(J, rng=rng, components=comps, component_weights=om, noise_sigma=sig, **params)
         comps, noise_var = khat.components_from_uploads(uploads, weights, N=J.shape[0])
         if not comps:  # no upload has a bulk (e.g. every client at w = 0): a bulk-free component
@@ -480,7 +480,8 @@ class Server:
                 if N is None:
                     N = u.operator.shape[0]
                 elif u.operator.shape[0] != N:
-                    raise ValueError(f"uploads[{c}].operator must be ({N}, {N}) like uploads[0], got {u.operator.shape}")
+                    raise ValueError(f"uploads[{c}].operator must be ({N}, {N}) like uploads[0], "
+                                     f"got {u.operator.shape}")
             J = self.aggregate(uploads, weights)
         else:
             if self.k_rule != "scalars":

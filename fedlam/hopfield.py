@@ -258,7 +258,7 @@ def retrieve(
     tol = _tie_tolerance(J)
     converged = False
     n = 0
-    for n in range(1, max_sweeps + 1):
+    for n in range(1, max_sweeps + 1):  # noqa: B007  (n is read after the loop: the sweep count)
         if mode == "async":
             flips = _async_sweep_f(J, S, gen.permutation(J.shape[0]), tol)
         else:
@@ -302,7 +302,7 @@ def corrupt(patterns: np.ndarray, flip_fraction: float, rng: np.random.Generator
     gen = as_rng(rng)
     X = np.array(patterns, dtype=np.int8, ndmin=2, copy=True)
     K, N = X.shape
-    n_flip = int(round(p * N))
+    n_flip = round(p * N)
     for k in range(K):
         idx = gen.choice(N, size=n_flip, replace=False)
         X[k, idx] = -X[k, idx]
@@ -442,7 +442,8 @@ def capacity_curve(
     if np.any(~np.isfinite(alphas)) or np.any(alphas <= 0) or np.any(alphas > 1):
         raise ValueError(f"alphas must lie in (0, 1], got {alphas!r}")
     Ks = np.maximum(1, np.rint(alphas * N).astype(int))
-    _check_alloc(max(N * N, 2 * int(Ks.max()) * N), 8, f"N = {N}, alpha = {float(alphas.max())} (couplings and patterns)")
+    _check_alloc(max(N * N, 2 * int(Ks.max()) * N), 8,
+                 f"N = {N}, alpha = {float(alphas.max())} (couplings and patterns)")
     gen = as_rng(rng)
     mean_m = np.empty(Ks.size)
     frac = np.empty(Ks.size)

@@ -830,7 +830,8 @@ def kurtosis_edge_shift(components: Sequence[Component], kurtosis: Any = None, N
     (edge, shift) : tuple of float
     """
     if isinstance(components, Component) or not isinstance(components, Sequence) or not components:
-        raise TypeError(f"components must be a non-empty list of fedlam.khat.Component, got {type(components).__name__}")
+        raise TypeError(f"components must be a non-empty list of fedlam.khat.Component, "
+                        f"got {type(components).__name__}")
     a, q, v = _component_arrays(components, noise_var)
     N = check_positive_int(N, "N", minimum=2)
     if np.any(a <= 0):
@@ -877,7 +878,8 @@ def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: 
     q_eff = v_tot / (m_tot * m_tot) if m_tot > 0 else 0.0
     edge_mp = m_tot * (1.0 + math.sqrt(q_eff)) ** 2 if m_tot > 0 else 0.0
     # the partial spectrum may end above the threshold: the count could be limited by it
-    truncated = bool(len(spec) < N and len(spec) > 0 and spec.values[len(spec) - 1] > thr and k < _default_kmax(N, max_k))
+    truncated = bool(len(spec) < N and len(spec) > 0 and spec.values[len(spec) - 1] > thr
+                     and k < _default_kmax(N, max_k))
     return KHatResult(
         k_hat=k,
         threshold=float(thr),
@@ -1118,7 +1120,7 @@ def outlier_overlaps(result: KHatResult, values: Any, N: int | None = None) -> n
             def x_h(g: float) -> float:
                 return 1.0 / g + (a / (1.0 - a * qq * g) if a > 0 else 0.0) + v * g
 
-            g = float(scipy.optimize.brentq(lambda g: x_h(g) - lam, gstar * 1e-12, gstar,
+            g = float(scipy.optimize.brentq(lambda g, lam=lam: x_h(g) - lam, gstar * 1e-12, gstar,
                                             xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=200))
             ell = lam - v * g
             xp = -1.0 / g**2 + (a * a * qq / (1.0 - a * qq * g) ** 2 if a > 0 else 0.0) + v
@@ -1380,7 +1382,8 @@ def estimate_k(
     method = check_choice(method, "method", K_METHODS)
     if method == "shuffle":
         if not isinstance(J_or_spectrum, np.ndarray) or J_or_spectrum.ndim != 2:
-            raise TypeError("J_or_spectrum must be the (N, N) operator for method='shuffle' (the null shuffles its entries)")
+            raise TypeError("J_or_spectrum must be the (N, N) operator for method='shuffle' "
+                            "(the null shuffles its entries)")
         if rng is None:
             raise ValueError("rng must be given for method='shuffle' (a Generator or an int seed)")
         return k_hat_shuffle(J_or_spectrum, rng, **kw)

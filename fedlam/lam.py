@@ -381,7 +381,8 @@ def lam_fields(
     lam = check_in_range(lam, "lam", 0.0, None)
     H = check_in_range(H, "H", 0.0, None)
     if h is not None:
-        if not isinstance(h, np.ndarray) or h.ndim != 3 or h.shape[0] != S or h.shape[1] not in (1, L) or h.shape[2] != N:
+        if (not isinstance(h, np.ndarray) or h.ndim != 3 or h.shape[0] != S or h.shape[1] not in (1, L)
+                or h.shape[2] != N):
             raise ValueError(f"h must be None or an array of shape ({S}, {L} or 1, {N}), got "
                              f"{getattr(h, 'shape', type(h).__name__)}")
     X = sigma.reshape(S * L, N).astype(np.float64, copy=False)
@@ -442,7 +443,7 @@ def run_lam(
     if not isinstance(params, LAMParams):
         raise TypeError(f"params must be a LAMParams, got {type(params).__name__}")
     check_pm1(seeds, "seeds", ndim=2)
-    S, N = seeds.shape
+    _, N = seeds.shape
     if N != kernel.n:
         raise ValueError(f"seeds must have N = {kernel.n} columns (the kernel's), got shape {seeds.shape}")
     L = params.layers
@@ -489,7 +490,8 @@ def seed_mixtures(vectors: np.ndarray, n_seeds: int, rng: np.random.Generator | 
     return np.where((vectors @ c).T >= 0, 1, -1).astype(np.int8)
 
 
-def acceptance_scores(candidates: np.ndarray, vectors: np.ndarray | None = None, kernel: Kernel | None = None) -> np.ndarray:
+def acceptance_scores(candidates: np.ndarray, vectors: np.ndarray | None = None,
+                      kernel: Kernel | None = None) -> np.ndarray:
     """Scores of candidates (B, N): subspace fraction ``||V^T z||^2 / N`` or ``z^T K z / N``.
 
     Give exactly one of ``vectors`` (N, K_hat orthonormal) or ``kernel``. A pure pattern

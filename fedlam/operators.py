@@ -150,7 +150,8 @@ def pseudo_inverse_kernel(patterns: np.ndarray, rtol: float = 1e-10) -> np.ndarr
 def _as_operator_stack(operators: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
     if isinstance(operators, np.ndarray):
         if operators.ndim != 3:
-            raise ValueError(f"operators must be an (L, N, N) array or a list of (N, N) arrays, got shape {operators.shape}")
+            raise ValueError(f"operators must be an (L, N, N) array or a list of (N, N) arrays, "
+                             f"got shape {operators.shape}")
         mats = [operators[i] for i in range(operators.shape[0])]
     elif isinstance(operators, Sequence) and not isinstance(operators, (str, bytes)):
         mats = list(operators)
@@ -164,7 +165,8 @@ def _as_operator_stack(operators: np.ndarray | Sequence[np.ndarray]) -> list[np.
         if shape is None:
             shape = m.shape
         elif m.shape != shape:
-            raise ValueError(f"operators must all have the same shape; operators[0] is {shape}, operators[{i}] is {m.shape}")
+            raise ValueError(f"operators must all have the same shape; operators[0] is {shape}, "
+                             f"operators[{i}] is {m.shape}")
     return mats
 
 
@@ -201,7 +203,7 @@ def _aggregate(mats: Sequence[np.ndarray], w: np.ndarray | None) -> np.ndarray:
     if w is None:
         w = np.full(L, 1.0 / L)
     out = np.zeros(mats[0].shape, dtype=np.float64)
-    for wi, m in zip(w, mats):
+    for wi, m in zip(w, mats, strict=True):
         if wi != 0.0:
             out += wi * m
     return out

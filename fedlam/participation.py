@@ -142,7 +142,8 @@ class Participation:
                 f"join and leave must have one entry per client each, got lengths "
                 f"{len(self.join)} and {len(self.leave)}"
             )
-        for c, (a, b) in enumerate(zip(self.join, self.leave)):
+        # not strict: either list may be empty (no join / no leave windows)
+        for c, (a, b) in enumerate(zip(self.join, self.leave, strict=False)):
             if b is not None and b <= a:
                 raise ValueError(f"leave[{c}] = {b} must be > join[{c}] = {a}")
 
@@ -207,7 +208,7 @@ class Participation:
             asked = tuple(sorted(avail[i] for i in pick))
         if self.dropout > 0.0 and asked:
             fail = gen.random(len(asked)) < self.dropout
-            answered = tuple(c for c, f in zip(asked, fail) if not f)
+            answered = tuple(c for c, f in zip(asked, fail, strict=True) if not f)
         else:
             answered = asked
         return RoundSample(t=t, available=avail, asked=asked, answered=answered,

@@ -346,7 +346,7 @@ def magnetization_curves(
         arr = arr[None]
     if arr.ndim != 3:
         raise ValueError(f"m must have shape (S, T, K) or (T, K), got {np.shape(m)}")
-    S, T, K = arr.shape
+    _, T, K = arr.shape
     ts = np.arange(T) if t is None else _as_1d_float(t, "t")
     if ts.size != T:
         raise ValueError(f"t must have length T={T}, got {ts.size}")

@@ -237,8 +237,8 @@ def attack(
     max_rounds, patience : int
         Bounds on the restart rounds.
     tol : float or None
-        Range tolerance; None derives it (Davis-Kahan: the rounding of ``eigh`` and the noise, floored at 1e-9 and capped at
-        half the residual of a vector one bit away from the range).
+        Range tolerance; None derives it (Davis-Kahan: the rounding of ``eigh`` and the noise,
+        floored at 1e-9 and capped at half the residual of a vector one bit away from the range).
     noise_sigma : float
         Entry std of Gaussian noise known to be in ``J`` (enters the derived tolerance; the
         deflation then uses the known weight ``1/(N M)`` per example since a noised operator
@@ -276,7 +276,7 @@ def attack(
     lam_max = float(max(w[0], 0.0))
     noiseless = noise_sigma == 0.0
     floor = (N * _EPS * lam_max) if noiseless else 2.0 * noise_sigma * math.sqrt(N)
-    rank = int(min(M, np.sum(w > max(floor, 1e-300) * (1.0 if noiseless else 1.0))))
+    rank = int(min(M, np.sum(w > max(floor, 1e-300))))
     empty = AttackResult(np.empty((0, N), dtype=np.int8), np.empty(0), np.empty(0),
                          float(tol) if tol is not None else 0.0, rank, 0, 0, 0)
     if rank == 0:
@@ -292,7 +292,7 @@ def attack(
     mult: list[float] = []
     n_restarts = field_evals = n_rejected = 0
     rounds = idle = 0
-    cool = max(1, int(round(0.7 * steps)))
+    cool = max(1, round(0.7 * steps))
     while rounds < max_rounds and idle < patience:
         ev, W = np.linalg.eigh(C)
         keep = ev > max(floor, 1e-12 * max(float(ev.max(initial=0.0)), 1e-300))
@@ -407,7 +407,7 @@ def unblend(U: np.ndarray, A: np.ndarray, *, atol: float = 1e-9) -> tuple[np.nda
     atol = check_in_range(atol, "atol", 0.0, None, low_open=True)
     N = U.shape[0]
     trA = float(np.trace(A))
-    K = int(round(trA))
+    K = round(trA)
     if abs(trA - K) > atol * max(1.0, abs(trA)) or K < 0:
         raise ValueError(f"A must be a broadcast xi^T xi / N with integer trace K_hat >= 0, got tr A = {trA!r}")
     trU = float(np.trace(U))

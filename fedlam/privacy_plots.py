@@ -52,7 +52,7 @@ def plot_frontier(res: Any) -> Any:
     axes[2].set_ylabel("spurious patterns")
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_xlabel("per-upload budget epsilon (delta = %g)" % p.delta)
+        ax.set_xlabel(f"per-upload budget epsilon (delta = {p.delta:g})")
     axes[0].set_ylim(-0.03, 1.03)
     axes[0].legend(fontsize=9, loc="lower right")
     plotting.label_panels(axes)
@@ -76,7 +76,7 @@ def plot_attack_vs_epsilon(res: Any) -> Any:
               + f"; span drowns below eps = {res.eps_example[ai]:.3g}")
     ax.set_xscale("log")
     ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("per-upload budget epsilon (delta = %g)" % p.delta)
+    ax.set_xlabel(f"per-upload budget epsilon (delta = {p.delta:g})")
     ax.set_ylabel("fraction of the batch recovered")
     ax.legend(fontsize=9)
     return fig

@@ -77,7 +77,8 @@ class Upload:
             if not np.issubdtype(op.dtype, np.floating):
                 raise TypeError(f"operator must have a float dtype, got dtype {op.dtype}")
         check_nonneg_int(self.batch_size, "batch_size")
-        if isinstance(self.weight, (bool, np.bool_)) or not isinstance(self.weight, (int, float, np.integer, np.floating)):
+        if (isinstance(self.weight, (bool, np.bool_))
+                or not isinstance(self.weight, (int, float, np.integer, np.floating))):
             raise TypeError(f"weight must be a real number (NaN: not blended), got {_describe(self.weight)}")
         w = float(self.weight)
         if not math.isnan(w) and not 0.0 <= w <= 1.0:
@@ -104,7 +105,8 @@ class Upload:
         return Upload(None, self.batch_size, self.weight, self.noise_var, self.dp_sigma)
 
     def __repr__(self) -> str:
-        op = "None" if self.operator is None else f"<{self.operator.shape[0]}x{self.operator.shape[1]} {self.operator.dtype}>"
+        op = ("None" if self.operator is None
+              else f"<{self.operator.shape[0]}x{self.operator.shape[1]} {self.operator.dtype}>")
         nv = "None" if self.noise_var is None else f"{self.noise_var:.4g}"
         return (f"Upload(operator={op}, batch_size={self.batch_size}, weight={float(self.weight):.4g}, "
                 f"noise_var={nv}, dp_sigma={float(self.dp_sigma):.4g})")
@@ -207,7 +209,8 @@ class SyntheticSource:
 
     def __repr__(self) -> str:
         K, N = self.archetypes.shape
-        return f"SyntheticSource(kind={self.kind!r}, K={K}, N={N}, r={self.r}, M={self.M if isinstance(self.M, int) else 'per-round'})"
+        M = self.M if isinstance(self.M, int) else "per-round"
+        return f"SyntheticSource(kind={self.kind!r}, K={K}, N={N}, r={self.r}, M={M})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -280,7 +283,8 @@ class ArraySource:
             # truncated, not an array file, or object arrays (never unpickled)
             raise ValueError(f"{p!r} is not a readable numpy file of -1/+1 integers: {exc}") from None
         if not isinstance(X, np.ndarray) or not np.issubdtype(X.dtype, np.integer) or X.dtype == np.bool_:
-            raise ValueError(f"{p!r}: examples must be an integer array of -1/+1, got dtype {getattr(X, 'dtype', None)}")
+            raise ValueError(f"{p!r}: examples must be an integer array of -1/+1, "
+                             f"got dtype {getattr(X, 'dtype', None)}")
         if X.ndim != 2:
             raise ValueError(f"{p!r}: examples must be 2-D (n, N), got shape {X.shape}")
         if not np.all((X == 1) | (X == -1)):
@@ -304,4 +308,5 @@ class ArraySource:
 
     def __repr__(self) -> str:
         n, N = self.examples.shape
-        return f"ArraySource(n={n}, N={N}, M={self.M if isinstance(self.M, int) else 'per-round'}, order={self.order!r})"
+        M = self.M if isinstance(self.M, int) else "per-round"
+        return f"ArraySource(n={n}, N={N}, M={M}, order={self.order!r})"

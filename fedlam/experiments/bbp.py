@@ -245,12 +245,12 @@ def run(params: BBPParams, rng: Any, executor: Any = None) -> BBPResult:
     gen = as_rng(rng)
     from fedlam import rmt
 
-    N, K, L = params.N, params.K, params.L
+    N, K = params.N, params.K
     pi = np.array(params.pi, dtype=np.float64)
     Ms = np.array(params.Ms, dtype=np.int64)
     sigma2 = 1.0 - params.r**2
     q = N / Ms.astype(np.float64)
-    lows, highs = zip(*(rmt.mp_edges(float(qq), sigma2) for qq in q))
+    lows, highs = zip(*(rmt.mp_edges(float(qq), sigma2) for qq in q), strict=True)
     edge_low, edge_high = np.array(lows, dtype=float), np.array(highs, dtype=float)
     kappa = np.array([rmt.spike_strength(params.r, float(p), N) for p in pi], dtype=float)
     kappa_paper = np.array([rmt.paper_spike_strength(params.r, float(p)) for p in pi], dtype=float)

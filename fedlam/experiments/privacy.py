@@ -14,6 +14,7 @@ against ``M/N`` and ``r``. Theory in {ref}`sec-privacy-leak`, {ref}`sec-privacy-
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,7 @@ class PrivacyParams:
         check_int_tuple(self.Ls, "Ls")
         check_int_tuple(self.Ms, "Ms")
         eps = check_float_tuple(self.epsilons, "epsilons", 0.0, None, low_open=True)
-        if any(b <= a for a, b in zip(eps, eps[1:])):
+        if any(b <= a for a, b in itertools.pairwise(eps)):
             raise ValueError(f"epsilons must be strictly increasing, got {self.epsilons!r}")
         check_in_range(self.delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
         check_positive_int(self.rounds, "rounds")
@@ -101,7 +102,7 @@ class PrivacyParams:
         if any(m > self.N for m in am):
             raise ValueError(f"attack_Ms must be <= N = {self.N}, got {self.attack_Ms!r}")
         aeps = check_float_tuple(self.attack_epsilons, "attack_epsilons", 0.0, None, low_open=True)
-        if any(b <= a for a, b in zip(aeps, aeps[1:])):
+        if any(b <= a for a, b in itertools.pairwise(aeps)):
             raise ValueError(f"attack_epsilons must be strictly increasing, got {self.attack_epsilons!r}")
         check_positive_int(self.attack_restarts, "attack_restarts")
         check_positive_int(self.seeds, "seeds")
@@ -210,7 +211,7 @@ def run(params: PrivacyParams, rng: Any) -> PrivacyResult:
             for ei, eps in enumerate(p.epsilons):
                 noise_rngs = np.random.default_rng([seed_run, mi, ei]).spawn(Lmax)
                 noised = [privacy.gaussian_mechanism(J, M, eps, p.delta, g, p.rounds)
-                          for J, g in zip(ops, noise_rngs)]
+                          for J, g in zip(ops, noise_rngs, strict=True)]
                 for li, L in enumerate(p.Ls):
                     Jm = np.mean(noised[:L], axis=0)
                     sm = float(np.sqrt(privacy.mean_noise_var([sig[mi, ei]] * L)))

@@ -289,7 +289,7 @@ def _matched(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
     if patterns.shape[0] == 0:
         return out
     m = metrics.match(patterns, archetypes)
-    for pi, ai in zip(m.pattern_index, m.archetype_index):
+    for pi, ai in zip(m.pattern_index, m.archetype_index, strict=True):
         sign = 1 if m.overlap_matrix[pi, ai] >= 0 else -1
         out[ai] = sign * patterns[pi]
     return out

@@ -53,7 +53,8 @@ def _exchange(grid: Any, contents: Mapping[int, Any], timeout: float | None, log
         return {}
     msgs = [_message(c, n, group) for n, c in contents.items()]
     ids = list(grid.push_messages(msgs))
-    pending = {mid: int(n) for mid, n in zip(ids, contents) if mid}
+    # not strict: a Flower grid may return fewer ids than messages (none at all on a push error)
+    pending = {mid: int(n) for mid, n in zip(ids, contents, strict=False) if mid}
     out: dict[int, Any] = {}
     t_end = None if timeout is None else time.monotonic() + timeout
     while pending:
@@ -119,7 +120,7 @@ def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
     from fedlam.protocol import Upload
 
     uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
-               for op, s in zip(ops, scal)]
+               for op, s in zip(ops, scal, strict=True)]
     kw = {}
     if getattr(server, "defense", None) is not None and patterns is not None:
         kw["broadcast"] = server.broadcast(patterns)

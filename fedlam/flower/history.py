@@ -49,7 +49,8 @@ def arrays(hist: Mapping[str, Any]) -> dict:
     K = hist.get("K") or 0
     out = {
         "k_hat": np.array([-1 if r["k_hat"] is None else r["k_hat"] for r in R], dtype=np.int64),
-        "weights": np.array([[np.nan if w is None else w for w in r["weights"]] for r in R], dtype=float).reshape(len(R), L),
+        "weights": np.array([[np.nan if w is None else w for w in r["weights"]] for r in R],
+                            dtype=float).reshape(len(R), L),
         "seconds": np.array([r["seconds"] for r in R], dtype=float),
         "bytes_sent": np.array([r["bytes_sent"] for r in R], dtype=np.int64),
         "bytes_received": np.array([r["bytes_received"] for r in R], dtype=np.int64),

@@ -42,7 +42,7 @@ def span_attack(operator: np.ndarray, examples: np.ndarray, k: int, starts: int,
         Recovered fraction in [0, 1].
     """
     check_pm1(examples, "examples", ndim=2)
-    M, N = examples.shape
+    _, N = examples.shape
     if not isinstance(operator, np.ndarray) or operator.shape != (N, N):
         raise ValueError(f"operator must be ({N}, {N}), got shape {getattr(operator, 'shape', None)}")
     k = check_positive_int(k, "k")
