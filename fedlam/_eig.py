@@ -109,10 +109,10 @@ def _eig_top(J: np.ndarray, k: int, method: str = "auto") -> Spectrum:
             w, V = scipy.sparse.linalg.eigsh(J, k=k, which="LA", v0=v0, tol=1e-12)
         except scipy.sparse.linalg.ArpackError:
             w = V = None
-        if w is not None:
+        if w is not None and V is not None:  # both set or both None
             order = np.argsort(w)
             w, V = w[order], V[:, order]
-    if w is None:
+    if w is None or V is None:
         w, V = scipy.linalg.eigh(J, subset_by_index=[N - k, N - 1], driver="evr", check_finite=False)
     return Spectrum(
         values=np.ascontiguousarray(w[::-1]),

@@ -223,12 +223,12 @@ def binary_entropy(p: Any) -> Any:
             a = np.where(x > 0, -x * np.log2(np.where(x > 0, x, 1.0)), 0.0)
             b = np.where(x < 1, -(1 - x) * np.log2(np.where(x < 1, 1 - x, 1.0)), 0.0)
         return a + b
-    x = check_in_range(p, "p", 0.0, 1.0)
+    q = check_in_range(p, "p", 0.0, 1.0)
     out = 0.0
-    if 0.0 < x:
-        out -= x * math.log2(x)
-    if x < 1.0:
-        out -= (1.0 - x) * math.log2(1.0 - x)
+    if 0.0 < q:
+        out -= q * math.log2(q)
+    if q < 1.0:
+        out -= (1.0 - q) * math.log2(1.0 - q)
     return out
 
 
@@ -721,7 +721,7 @@ def local_spectrum(
         X = examples.astype(np.float64)
         NB = (X.T @ X) / Mv
     else:
-        check_operator(B, "B")
+        B = check_operator(B, "B")  # returns B itself (narrows the optional for the type checker)
         if M is None:
             raise ValueError("M (batch size) is required when B is given")
         Mv = check_positive_int(M, "M")

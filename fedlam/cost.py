@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from fedlam._validation import check_nonneg_int, check_positive_int, check_real
 
@@ -192,7 +193,7 @@ def total_cost(stages: tuple[StageCost, ...], which: str = "ours") -> float:
     return float(sum(getattr(s, which) for s in stages))
 
 
-def loglog_slope(sizes, values) -> float:
+def loglog_slope(sizes: npt.ArrayLike, values: npt.ArrayLike) -> float:
     """Least-squares slope of ``log(values)`` against ``log(sizes)``.
 
     Used in {ref}`sec-cost` to read a scaling exponent off a few measured timings.

@@ -545,7 +545,8 @@ def random_supports(L: int, K: int, size: int, rng: np.random.Generator | int) -
         sups[j % L].add(int(mu))
     for c in range(L):
         rest = np.array([mu for mu in range(K) if mu not in sups[c]], dtype=np.int64)
-        extra = gen.choice(rest, size=size - len(sups[c]), replace=False) if size > len(sups[c]) else []
+        extra: np.ndarray | list[int] = (gen.choice(rest, size=size - len(sups[c]), replace=False)
+                                         if size > len(sups[c]) else [])
         sups[c].update(int(mu) for mu in extra)
     return [sorted(s_) for s_ in sups]
 

@@ -871,7 +871,7 @@ def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: 
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
     thr = max(edge * (1.0 + rel), floor)
     kmax = min(_default_kmax(N, max_k), N - 1, len(spec))
-    k = int(np.sum(spec.values[:kmax] > thr))
+    count = int(np.sum(spec.values[:kmax] > thr))
     pos = a > 0
     m_tot = float(a[pos].sum())
     v_tot = float(np.sum(a[pos] * a[pos] * q[pos]))
@@ -879,9 +879,9 @@ def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: 
     edge_mp = m_tot * (1.0 + math.sqrt(q_eff)) ** 2 if m_tot > 0 else 0.0
     # the partial spectrum may end above the threshold: the count could be limited by it
     truncated = bool(len(spec) < N and len(spec) > 0 and spec.values[len(spec) - 1] > thr
-                     and k < _default_kmax(N, max_k))
+                     and count < _default_kmax(N, max_k))
     return KHatResult(
-        k_hat=k,
+        k_hat=count,
         threshold=float(thr),
         sigma2=float(m_tot * N),
         q=float(q_eff),

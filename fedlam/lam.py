@@ -294,6 +294,7 @@ class Kernel:
         """``K x`` for every row ``x`` of ``X`` (B, N) -> (B, N) float64."""
         if self.matrix is not None:
             return X @ self.matrix
+        assert self.V is not None and self.w is not None  # low rank: set whenever matrix is None
         Y = X @ self.V
         return (Y * self.w) @ self.V.T
 
@@ -501,12 +502,17 @@ def acceptance_scores(candidates: np.ndarray, vectors: np.ndarray | None = None,
     if (vectors is None) == (kernel is None):
         raise ValueError("give exactly one of vectors or kernel")
     check_pm1(candidates, "candidates", ndim=2, allow_empty=True)
-    n = vectors.shape[0] if vectors is not None else kernel.n
+    if vectors is not None:
+        n = vectors.shape[0]
+    else:
+        assert kernel is not None  # exactly one of vectors / kernel (checked above)
+        n = kernel.n
     if candidates.shape[1] != n:
         raise ValueError(f"candidates must have N = {n} columns, got shape {candidates.shape}")
     X = candidates.astype(np.float64)
     if kernel is not None:
         return kernel.quad(X)
+    assert vectors is not None  # exactly one of vectors / kernel (checked above)
     Y = X @ vectors
     return np.einsum("bk,bk->b", Y, Y) / X.shape[1]
 

@@ -76,7 +76,7 @@ def hebbian(examples: np.ndarray) -> np.ndarray:
         raise ValueError(f"examples is an empty batch (M = 0 rows, shape {examples.shape}); "
                          "the Hebbian operator needs at least one example")
     dtype = np.float32 if M <= _F32_EXACT else np.float64
-    X = examples.astype(dtype)
+    X: np.ndarray = examples.astype(dtype)
     G = X.T @ X
     return G.astype(np.float64) / (float(N) * float(M))
 

@@ -77,7 +77,7 @@ class RoundSample:
 def _check_windows(x: Any, name: str) -> tuple[int | None, ...]:
     if not isinstance(x, tuple):
         raise TypeError(f"{name} must be a tuple (one entry per client), got {_describe(x)}")
-    out = []
+    out: list[int | None] = []
     for i, v in enumerate(x):
         if v is None:
             out.append(None)

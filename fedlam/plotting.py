@@ -25,6 +25,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.rcsetup import cycler
+from matplotlib.typing import RcKeyType
 
 __all__ = [
     "COLORS",
@@ -72,7 +74,7 @@ COLORS: dict[str, str] = {
 ARCHETYPE_COLORS: tuple[str, ...] = _OKABE_ITO[:6] + ("#7F7F7F", "#8C564B")
 
 #: The rcParams set by :func:`use_book_style`.
-BOOK_RC: dict[str, Any] = {
+BOOK_RC: dict[RcKeyType, Any] = {
     # white everywhere: readable in the dark theme of the HTML book
     "figure.facecolor": "white",
     "axes.facecolor": "white",
@@ -101,7 +103,7 @@ BOOK_RC: dict[str, Any] = {
     # lines and axes
     "lines.linewidth": 1.8,
     "lines.markersize": 5.0,
-    "axes.prop_cycle": mpl.cycler(color=list(_OKABE_ITO)),
+    "axes.prop_cycle": cycler(color=list(_OKABE_ITO)),
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.edgecolor": "#333333",
@@ -451,7 +453,7 @@ def pattern_grid(
         nc = min(K, 8) if ncols is None else ncols
         nr = math.ceil(K / nc)
         flat = list(arr)
-        grid_titles = list(titles) if titles is not None else [None] * K
+        grid_titles: list[str | None] = list(titles) if titles is not None else [None] * K
     elif arr.ndim == 3:
         nr, nc = arr.shape[0], arr.shape[1]
         if nr == 0 or nc == 0:

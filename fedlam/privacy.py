@@ -276,7 +276,7 @@ def attack(
     lam_max = float(max(w[0], 0.0))
     noiseless = noise_sigma == 0.0
     floor = (N * _EPS * lam_max) if noiseless else 2.0 * noise_sigma * math.sqrt(N)
-    rank = int(min(M, np.sum(w > max(floor, 1e-300))))
+    rank = min(M, int(np.sum(w > max(floor, 1e-300))))
     empty = AttackResult(np.empty((0, N), dtype=np.int8), np.empty(0), np.empty(0),
                          float(tol) if tol is not None else 0.0, rank, 0, 0, 0)
     if rank == 0:

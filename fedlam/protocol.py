@@ -203,9 +203,11 @@ class SyntheticSource:
         M = _size_at(self.M, t)
         if self.kind == "noise":
             return rng.choice(np.array([-1, 1], dtype=np.int8), size=(M, self.N)), None
-        if not 0 <= t < self.mixture.shape[0]:
-            raise ValueError(f"t must lie in [0, {self.mixture.shape[0] - 1}] (the mixture's rounds), got {t}")
-        return data.sample_examples(self.archetypes, M, self.r, self.mixture[t], rng)
+        mixture, r = self.mixture, self.r
+        assert mixture is not None and r is not None  # required for an honest source (__post_init__)
+        if not 0 <= t < mixture.shape[0]:
+            raise ValueError(f"t must lie in [0, {mixture.shape[0] - 1}] (the mixture's rounds), got {t}")
+        return data.sample_examples(self.archetypes, M, r, mixture[t], rng)
 
     def __repr__(self) -> str:
         K, N = self.archetypes.shape

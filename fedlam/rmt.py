@@ -711,7 +711,8 @@ def blend_spectrum(
     N = check_positive_int(N, "N", minimum=2)
     M = check_positive_int(M, "M")
     sigma2 = check_in_range(sigma2, "sigma2", low=0.0, low_open=True)
-    kh, kn = [], []
+    kh: list[np.ndarray] = []
+    kn: list[np.ndarray] = []
     for name, x, dest in (("kappa_held", kappa_held, kh), ("kappa_new", kappa_new, kn)):
         if x is None:
             dest.append(np.empty(0))

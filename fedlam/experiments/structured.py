@@ -534,7 +534,7 @@ def _part1(p: StructuredParams, seeds: list[tuple[int, int]]) -> dict:
                 magnetization_max=mmax, k_hat=kh, spurious=sp, reconstructions=rec)
 
 
-def _single_grid(p: StructuredParams, xi: np.ndarray, classes: tuple, seed: int) -> np.ndarray:
+def _single_grid(p: StructuredParams, xi: np.ndarray, classes: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(1 + R, nS, 4) array of (k_hat, accepted, recovered, spurious) and a (1 + R, nS) min m."""
     conds: list[float | None] = [None, *p.rs]
     K = xi.shape[0]

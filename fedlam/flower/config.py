@@ -340,6 +340,8 @@ def site_archetypes(site: SiteConfig) -> np.ndarray:
 
     if site.archetypes == "silhouettes":
         return data.structured_archetypes()
+    # parse_node_config sets K, N and archetype_seed for a random-archetype site
+    assert site.K is not None and site.N is not None and site.archetype_seed is not None
     return data.random_archetypes(site.K, site.N, site.archetype_seed)
 
 

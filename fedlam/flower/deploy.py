@@ -223,7 +223,7 @@ class LocalFederation:
 
     # -- life cycle --------------------------------------------------------------------------
     def __enter__(self) -> LocalFederation:
-        self._tmp = tempfile.TemporaryDirectory(prefix="fedlam-flower-")
+        self._tmp: tempfile.TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(prefix="fedlam-flower-")
         self.home = Path(self._tmp.name) / "flwr-home"
         self.home.mkdir()
         self.app_dir = Path(self._tmp.name) / "app"
@@ -333,8 +333,9 @@ class LocalFederation:
         if getattr(self, "_old_sigterm", None) is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
-        if getattr(self, "_tmp", None) is not None:
-            self._tmp.cleanup()
+        tmp = getattr(self, "_tmp", None)
+        if tmp is not None:
+            tmp.cleanup()
             self._tmp = None
 
     # -- flwr CLI ----------------------------------------------------------------------------

@@ -73,10 +73,12 @@ def reference_history(run_config: Mapping[str, Any], node_configs: Sequence[Mapp
     rc = cfgmod.parse_run_config(run_config)
     sites = [cfgmod.parse_node_config(c) for c in node_configs]
     L = rc.num_clients or len(sites)
-    if sorted(s.client_index for s in sites) != list(range(L)):
+    index = [-1 if s.client_index is None else s.client_index for s in sites]  # None is not in 0..L-1
+    if sorted(index) != list(range(L)):
         raise ValueError(f"the sites' client-index values must be 0..{L - 1}, got "
                          f"{[s.client_index for s in sites]}")
-    sites = sorted(sites, key=lambda s: s.client_index)
+    by_index = dict(zip(index, sites, strict=True))
+    sites = [by_index[c] for c in range(L)]
     if any(s.source != "synthetic" for s in sites):
         raise ValueError("reference_history needs synthetic sites")
     xi = cfgmod.site_archetypes(sites[0])
@@ -87,8 +89,8 @@ def reference_history(run_config: Mapping[str, Any], node_configs: Sequence[Mapp
         raise ValueError("reference_history needs the sites to use the run's seed")
     K = xi.shape[0]
     specs = [federation.ClientSpec(r=s.r, M=s.M, kind=s.kind,
-                                   mixture=cfgmod.parse_mixture(s.mixture, rc.rounds, K, s.client_index, L))
-             for s in sites]
+                                   mixture=cfgmod.parse_mixture(s.mixture, rc.rounds, K, c, L))
+             for c, s in enumerate(sites)]  # sites[c] has client index c
     kw: dict[str, Any] = {}
     if not rc.participation().is_full:
         kw["participation"] = rc.participation()

@@ -83,6 +83,7 @@ def build_client(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
     from fedlam.protocol import ArraySource
 
     if site.source == "file":
+        assert site.path is not None  # parse_node_config: a file site has a path
         ex, labels = cfgmod.load_examples_file(site.path)
         N = ex.shape[1]
         spec = federation.ClientSpec(r=site.r, M=site.M, kind=site.kind,
@@ -101,8 +102,10 @@ def build_client(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
 
 def _site_N(site: cfgmod.SiteConfig) -> int:
     if site.source == "file":
+        assert site.path is not None  # parse_node_config: a file site has a path
         ex, _ = cfgmod.load_examples_file(site.path)
         return int(ex.shape[1])
+    assert site.N is not None  # parse_node_config: a synthetic site has N (784 for the silhouettes)
     return 784 if site.archetypes == "silhouettes" else int(site.N)
 
 
