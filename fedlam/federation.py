@@ -36,7 +36,7 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -272,6 +272,7 @@ class Client:
             ``weight`` is NaN for a poison client (it does not blend).
         """
         if self.kind == "poison":
+            assert self.__fake is not None  # drawn in __init__ for a poison client
             return Upload(operators.pattern_operator(self.__fake), 0, float("nan"))
         M = self.batch_size
         B = operators.hebbian(self.__examples) if M > 0 else None
@@ -398,7 +399,7 @@ class Server:
         ops = [u.operator for u in uploads]
         if any(op is None for op in ops):
             raise ValueError("every upload must carry its operator to be aggregated")
-        return operators._aggregate(ops, weights)
+        return operators._aggregate(cast("list[np.ndarray]", ops), weights)  # no None (checked above)
 
     def factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
                   weights: np.ndarray | None = None, component_k: int = 16) -> Any:
@@ -423,7 +424,9 @@ class Server:
             return lam.factorize(J, rng=rng, **params)
         params["k_method"] = "free"
         if self.k_rule == "fit":
-            comps = [khat._fit_operator(u.operator, component_k) for u in uploads]
+            # k_rule="fit" excludes secure aggregation: round() passes uploads with their operators
+            comps: Sequence[khat.Component | khat.BulkComponent] = [
+                khat._fit_operator(cast(np.ndarray, u.operator), component_k) for u in uploads]
             om = weights if weights is not None else np.full(L, 1.0 / L)
             sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads, strict=True)))
             return lam.factorize(J, rng=rng, components=comps, component_weights=om, noise_sigma=sig, **params)
@@ -477,6 +480,7 @@ class Server:
             for c, u in enumerate(uploads):
                 # the entry point of the server: every received operator is checked once, here
                 check_operator(u.operator, f"uploads[{c}].operator")
+                assert u.operator is not None  # check_operator raised otherwise
                 if N is None:
                     N = u.operator.shape[0]
                 elif u.operator.shape[0] != N:

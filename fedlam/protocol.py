@@ -121,7 +121,9 @@ class DataSource(Protocol):
     when unknown (a site's own data).
     """
 
-    N: int
+    @property
+    def N(self) -> int:  # read-only: frozen dataclasses (SyntheticSource, ArraySource) qualify
+        ...
 
     def batch(self, t: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
         ...
