@@ -46,7 +46,6 @@ from fedlam.experiments._common import (
 from fedlam.experiments._common import (
     make_params as _make_params,
 )
-from fedlam.khat import kurtosis_edge_shift  # re-exported (in __all__): the notebook's name
 
 __all__ = ["CrossDeviceParams", "CrossDeviceResult", "PRESETS", "RULES", "AGGREGATIONS", "ARCHETYPES",
            "make_params", "run", "federate", "RoundLog", "effective_sample_size", "spectrum_variance"]
