@@ -11,13 +11,15 @@ import math
 import numpy as np
 import pytest
 
-from fedlam import data, khat, operators
+from fedlam import data, khat, operators, rmt
 from fedlam import federation as F
 from fedlam.experiments import cross_device as xdev
+from fedlam.protocol import Upload
 
 TINY = dict(N=60, K=2, archetypes="random", total=40, Ls=(1, 4, 20), T=2, fit_max_L=4, noise=(False, True),
             hetero_sizes=(1, 3, 12), hetero_intermittent=5, hetero_noise=8, n_top=4, seeds=1)
 TIMING = ("t_sum", "t_rest", "t_eigh")
+TW1_MEAN = -1.2065335745820  # mean of the Tracy-Widom (beta = 1) law, Bornemann (2010)
 
 
 def test_presets_and_make_params():
@@ -179,48 +181,62 @@ def test_spectrum_variance_closed_form_and_simulation():
 
 def test_kurtosis_edge_shift_closed_forms():
     N, s2, q, k = 300, 0.19, 0.5, 15.0
-    edge, shift = xdev.kurtosis_edge_shift([khat.Component(s2, q)], k, N)
+    edge, shift = khat.kurtosis_edge_shift([khat.Component(s2, q)], k, N)
     assert math.isclose(edge, s2 * (1 + math.sqrt(q)) ** 2, rel_tol=1e-10)
     assert math.isclose(shift, edge * math.sqrt(q) * k / N, rel_tol=1e-8)
     # L identical components: the pooled law's shift (sqrt of the pooled ratio)
     L, Mc = 50, 12
-    e_L, s_L = xdev.kurtosis_edge_shift([khat.Component(s2 / (L * N), N / Mc)] * L, k, N)
+    e_L, s_L = khat.kurtosis_edge_shift([khat.Component(s2 / (L * N), N / Mc)] * L, k, N)
     qp = N / (L * Mc)
     assert math.isclose(s_L, e_L * math.sqrt(qp) * k / N, rel_tol=1e-7)
     # batch weights: any split is the pooled law, shift included
     sizes = np.array([1, 4, 30, 200])
     comps = [khat.Component(s2 * m / (sizes.sum() * N), N / m) for m in sizes]
-    e_b, s_b = xdev.kurtosis_edge_shift(comps, k, N)
+    e_b, s_b = khat.kurtosis_edge_shift(comps, k, N)
     assert math.isclose(s_b, e_b * math.sqrt(N / sizes.sum()) * k / N, rel_tol=1e-7)
-    assert xdev.kurtosis_edge_shift([khat.Component(s2, q)], 0.0, N)[1] == 0.0
+    assert khat.kurtosis_edge_shift([khat.Component(s2, q)], 0.0, N)[1] == 0.0
     with pytest.raises(ValueError, match="kurtosis"):
-        xdev.kurtosis_edge_shift([khat.Component(s2, q)] * 2, [1.0, 2.0, 3.0], N)
+        khat.kurtosis_edge_shift([khat.Component(s2, q)] * 2, [1.0, 2.0, 3.0], N)
     with pytest.raises(TypeError, match="components"):
-        xdev.kurtosis_edge_shift(khat.Component(s2, q), k, N)
+        khat.kurtosis_edge_shift(khat.Component(s2, q), k, N)
     with pytest.raises(ValueError, match="positive scales"):
-        xdev.kurtosis_edge_shift([khat.Component(0.0, q)], k, N)
+        khat.kurtosis_edge_shift([khat.Component(0.0, q)], k, N)
 
 
-def test_kurtosis_edge_shift_moves_the_edge_of_pm1_noise():
-    """+-1 noise at r = 0.9 (k = 15): its top eigenvalue sits above the Gaussian one by the first-order
-    shift, measurably more than an MP law with the matched variance, q (1 + k/N), says."""
-    N, M, r = 200, 400, 0.9
-    s2 = 1 - r * r
-    k = 4 / s2 - 6
+def test_kurtosis_edge_shift_places_the_top_of_pooled_pm1_noise():
+    """50 clients x 8 examples at r = 0.9 (k = 15), N = 200: the top eigenvalue of the pooled noise, in
+    Tracy-Widom scales t above the server's edge (components from the uploads' scalars), has the TW1
+    mean plus Johnstone's finite-size centring only with the kurtosis shift; the free edge and the
+    variance-matched MP edge (ratio q (1 + k/N)) are rejected. Gaussian noise of the same variance sits
+    at the free edge. Tolerance: four standard errors of the mean."""
+    N, L, Mc, r, n = 200, 50, 8, 0.9, 100
+    M, s2 = L * Mc, 1 - r * r
+    comps, v = khat.components_from_uploads([Upload(None, Mc, 1.0, s2) for _ in range(L)], N=N)
+    assert v == 0.0 and all(c.kurtosis == khat.pm1_kurtosis(s2) for c in comps)
+    edge, shift = khat.kurtosis_edge_shift(comps, N=N)
+    t = khat.free_tw_scale(comps, N)
+    edge_vm = khat.free_edge([khat.Component(s2 / N, N / M * (1 + khat.pm1_kurtosis(s2) / N))])
+    mu, sg = rmt.johnstone_center_scale(N, M)
+    centre = (s2 / N * mu - edge) / t + TW1_MEAN * s2 / N * sg / t
     rng = np.random.default_rng(2)
-    top_pm, top_g = [], []
-    for _ in range(60):
+    top_pm, top_g = np.empty(n), np.empty(n)
+    for i in range(n):
         Z = np.where(rng.random((M, N)) < (1 + r) / 2, 1.0, -1.0) - r
-        top_pm.append(np.linalg.eigvalsh(Z.T @ Z / M)[-1])
+        top_pm[i] = np.linalg.eigvalsh(Z.T @ Z / (N * M))[-1]
         G = rng.standard_normal((M, N)) * math.sqrt(s2)
-        top_g.append(np.linalg.eigvalsh(G.T @ G / M)[-1])
-    d = np.mean(top_pm) - np.mean(top_g)
-    se = math.hypot(np.std(top_pm), np.std(top_g)) / math.sqrt(60)
-    edge, shift = xdev.kurtosis_edge_shift([khat.Component(s2, N / M)], k, N)
-    moment = khat.free_edge([khat.Component(s2, (N / M) * (1 + k / N))]) - edge
-    # first order in k/N = 0.075: the second-order term is ~10 % of the shift here
-    assert abs(d - shift) < 4 * se + 0.15 * shift
-    assert d - moment > 4 * se
+        top_g[i] = np.linalg.eigvalsh(G.T @ G / (N * M))[-1]
+
+    def off(top, e):
+        z = (top - e) / t
+        return abs(z.mean() - centre), 4 * z.std() / math.sqrt(n)
+
+    d, tol = off(top_g, edge)
+    assert d < tol
+    d, tol = off(top_pm, edge + shift)
+    assert d < tol
+    for e in (edge, edge_vm):
+        d, tol = off(top_pm, e)
+        assert d > tol
 
 
 def test_fit_rule_fails_on_small_uploads_scalars_do_not():

@@ -14,9 +14,10 @@ of the aggregate measured in the same round.
 
 The round loop is :func:`fedlam.federation.run_federation`'s (same clients, streams, server),
 written out here only to time the server's parts; a test checks that both give the same
-history. The closed forms of the derivation ({ref}`sec-many-clients`) that the package does not
-have yet are here too: :func:`effective_sample_size`, :func:`spectrum_variance` and
-:func:`kurtosis_edge_shift`. The notebook is {ref}`sec-exp-cross-device`.
+history. Two closed forms of the derivation ({ref}`sec-many-clients`) that only the notebook and
+the tests use are here too: :func:`effective_sample_size` and :func:`spectrum_variance`. The
+first-order edge shift of +-1 data that the server applies lives in the package
+(:func:`fedlam.khat.kurtosis_edge_shift`). The notebook is {ref}`sec-exp-cross-device`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from fedlam.khat import kurtosis_edge_shift  # noqa: F401  (re-exported: the notebook's name)
 from fedlam._validation import _describe, as_rng
 from fedlam.experiments._common import (
     JsonResult,
@@ -48,8 +48,7 @@ from fedlam.experiments._common import (
 )
 
 __all__ = ["CrossDeviceParams", "CrossDeviceResult", "PRESETS", "RULES", "AGGREGATIONS", "ARCHETYPES",
-           "make_params", "run", "federate", "RoundLog", "effective_sample_size", "spectrum_variance",
-           "kurtosis_edge_shift"]
+           "make_params", "run", "federate", "RoundLog", "effective_sample_size", "spectrum_variance"]
 
 RULES = ("scalars", "fit")
 AGGREGATIONS = ("equal", "batch")
