@@ -70,7 +70,9 @@ _TINY = {
     "novelty": dict(N=40, T=5, t_intro=2, ramp=2, M=30, K_old=2, K_new=1, seeds=3, controllers=("novelty",)),
     "adversarial": dict(N=40, M=40, T=3, n_good=2, attacks=("noise", "poison"), controllers=("paper",), seeds=3),
     "structured": dict(rs=(0.8,), decorrelated=(False,), T=2, M_total=60, seeds=2),
-    "baselines": dict(scenarios=("drift",), N=40, T=4, M=30, seeds=2),
+    # two scenarios and the leakage curve (batch sizes <= N: the privacy attack needs M <= N)
+    "baselines": dict(scenarios=("drift", "noise"), N=40, T=4, M=30, seeds=2, leak_Ms=(5, 20),
+                      attack_starts=50),
 }
 
 
@@ -92,3 +94,67 @@ def test_experiment_results_independent_of_executor(name, monkeypatch):
     with ProcessPoolExecutor(2) as ex:
         pooled = json.dumps(jsonable(mod.run(p, 123, executor=ex).to_dict()), sort_keys=True)
     assert pooled == serial
+
+
+# The tasks' results are put back in the serial loop's order: each row of a result is the run of
+# its own seeds (checked against runs built directly from the seeds drawn up front), so an
+# assembly that mixed up scenarios, seeds, qualities or subsets would fail here even though it
+# would be the same with and without an executor.
+@pytest.mark.slow
+def test_baselines_rows_are_their_seeds_runs(monkeypatch):
+    from fedlam import federation
+    from fedlam.experiments import baselines
+    from fedlam.experiments._common import seed_pairs
+
+    monkeypatch.delenv(E.SCHEDULER_ENV, raising=False)
+    # a low quality, so that the runs do not all end at m = 1 and the rows can be told apart
+    p = baselines.BaselinesParams(scenarios=("drift", "static"), methods=("federated", "local"), N=40, T=4,
+                                  M=20, r=0.35, seeds=2)
+    with ProcessPoolExecutor(2) as ex:
+        res = baselines.run(p, 5, executor=ex)
+    seeds = seed_pairs(np.random.default_rng(5), p.seeds)
+    rows = set()
+    for name in p.scenarios:
+        for s, (seed_xi, seed_fed) in enumerate(seeds):
+            xi, specs, T, ctrl = baselines._scenario(p, name, seed_xi)
+            h = federation.run_federation(xi, specs, T, seed_fed, controller=ctrl)
+            np.testing.assert_array_equal(res.magnetization[name][s, 0], h.magnetization)
+            np.testing.assert_array_equal(res.k_used[name][s, 0], h.k_hat)
+            rows.add(res.magnetization[name][s, 0].tobytes())
+    assert len(rows) == 4  # the four (scenario, seed) runs differ, so the check can tell them apart
+
+
+@pytest.mark.slow
+def test_structured_rows_are_their_seeds_runs(monkeypatch):
+    from fedlam import data, federation
+    from fedlam.experiments import structured
+    from fedlam.experiments._common import seed_pairs
+
+    monkeypatch.delenv(E.SCHEDULER_ENV, raising=False)
+    p = structured.StructuredParams(rs=(0.6, 0.8), decorrelated=(False, True), T=2, M_total=60, seeds=2,
+                                    Ks=(3, 4), n_subsets=2, searches=("span",), examples_per_class=30,
+                                    fed_subsets=1, fed_T=2, fed_examples_per_class=10)
+    with ProcessPoolExecutor(2) as ex:
+        res = structured.run(p, 9, executor=ex)
+    gen = np.random.default_rng(9)
+    seeds = seed_pairs(gen, p.seeds)
+    single = seed_pairs(gen, len(p.Ks) * p.n_subsets)
+    mix = data.static_mixture(p.T, 1, 3)[:, 0]
+    for s, (_, seed_fed) in enumerate(seeds):
+        for ri, r in enumerate(p.rs):
+            specs = [federation.ClientSpec(r=r, M=p.M, mixture=mix) for _ in range(p.L)]
+            for di in range(len(p.decorrelated)):
+                h = federation.run_federation(res.archetypes[di], specs, p.T, seed_fed, controller=p.controller)
+                np.testing.assert_array_equal(res.magnetization[s, ri, di], h.magnetization)
+                np.testing.assert_array_equal(res.k_hat[s, ri, di], h.k_hat)
+    assert len({res.magnetization[s, ri, di].tobytes() for s in range(2) for ri in range(2) for di in range(2)}) > 1
+    for ki, K in enumerate(p.Ks):
+        for s, cls in enumerate(res.subsets[ki]):
+            xi = data.structured_archetypes(list(cls), method=p.method)
+            assert res.subset_overlap_max[ki, s] == structured.overlap_structure(xi)["max"]
+            for ci, r in enumerate([None, *p.rs]):
+                one = structured.factorize_subset(cls, r, p.examples_per_class * K,
+                                                  np.random.default_rng([single[ki * p.n_subsets + s][0], ci]),
+                                                  method=p.method, search="span", archetypes=xi)
+                assert res.single_k_hat[ki, s, ci, 0] == one.k_hat
+                assert res.single_min_m[ki, s, ci, 0] == float(one.magnetization.min())

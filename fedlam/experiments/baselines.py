@@ -709,64 +709,97 @@ def _summarise(p: BaselinesParams, mag: np.ndarray, spur: np.ndarray, kk: np.nda
     return out
 
 
-def run(params: BaselinesParams, rng: Any, *, leakage: bool = True) -> BaselinesResult:
+def _run_seed(p: BaselinesParams, name: str, seed_xi: int, seed_fed: int) -> dict:
+    """Every method of ``p.methods`` on scenario ``name`` for one seed pair (one task of :func:`run`).
+
+    Returns per-seed arrays: ``mag`` (n_methods, T, K), ``best`` (T, K), ``spur``, ``k``,
+    ``bytes`` (n_methods, T), ``leak`` (n_methods, 2), ``wall`` (n_methods,). Every random draw
+    comes from ``seed_xi`` and ``seed_fed``, so the result does not depend on where it runs.
+    """
+    xi, specs, T, ctrl = _scenario(p, name, seed_xi)
+    K, N = xi.shape
+    max_bits = math.floor(p.leak_bits * N)
+    nm = len(p.methods)
+    arrs = {"mag": np.zeros((nm, T, K)), "best": np.zeros((T, K)), "spur": np.zeros((nm, T)),
+            "k": np.zeros((nm, T)), "bytes": np.zeros((nm, T)), "leak": np.full((nm, 2), np.nan),
+            "wall": np.full(nm, np.nan)}
+    batches = client_batches(xi, specs, T, seed_fed)
+    hebb_leak = (float("nan"), float("nan"))
+    if "federated" in p.methods or "spectral" in p.methods:
+        hebb_leak = _hebbian_leak(batches, np.random.default_rng([seed_fed, 0]), p, max_bits)
+    for mi, method in enumerate(p.methods):
+        gen = np.random.default_rng([seed_fed, 1 + ALL_METHODS.index(method)])
+        t0 = time.perf_counter()
+        if method in ("federated", "spectral"):
+            tr = _run_federation(xi, specs, T, seed_fed, ctrl, method == "spectral", hebb_leak)
+        elif method == "local":
+            tr, arrs["best"] = _run_local(xi, specs, T, seed_fed, ctrl)
+        elif method == "oracle":
+            tr = _run_oracle(xi, batches, gen)
+        elif method.startswith("kfed"):
+            tr = _run_kfed(xi, batches, gen, p, method.endswith("auto"), max_bits)
+        else:
+            tr = _run_fedkmeans(xi, batches, gen, p, method.endswith("auto"), max_bits)
+        wall = time.perf_counter() - t0 if np.isnan(tr.wall_time) else tr.wall_time
+        arrs["mag"][mi] = tr.magnetization
+        arrs["spur"][mi] = tr.spurious
+        arrs["k"][mi] = tr.k_used
+        arrs["bytes"][mi] = tr.bytes_sent
+        arrs["leak"][mi] = (tr.leak_exact, tr.leak_tol)
+        arrs["wall"][mi] = wall
+    return arrs
+
+
+def _leakage_task(p: BaselinesParams, seed_fed0: int) -> dict:
+    """The leakage curve of :func:`run` and :func:`run_leakage` (one task: its seeds share one
+    generator, ``default_rng([seed_fed0, 99])``, so they cannot be split without changing it)."""
+    return leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seed_fed0, 99]),
+                         seeds=p.seeds, starts=p.attack_starts, max_bits=math.floor(p.leak_bits * p.N),
+                         attack=p.attack)
+
+
+def _call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``: lets one :func:`map_seeds` call run tasks of several module-level functions."""
+    return fn(*args)
+
+
+def run(params: BaselinesParams, rng: Any, *, leakage: bool = True, executor: Any = None) -> BaselinesResult:
     """Run every method on every scenario and seed, and (``leakage=True`` and a clustering
     method among ``params.methods``) the leakage curve.
 
     The seeds of scenario s depend only on ``rng`` and ``params.seeds``, so runs over disjoint
     subsets of the scenarios with the same ``rng`` can be joined by :func:`combine` into the
-    result of one run."""
+    result of one run.
+
+    ``executor`` (a :class:`concurrent.futures.Executor`, e.g. a Dask client's executor; None:
+    serial, or the cluster named by ``FEDLAM_SCHEDULER``) runs the (scenario, seed) pairs and the
+    leakage curve as independent tasks (:func:`fedlam.experiments._executor.map_seeds`); every
+    task draws only from the seeds drawn up front, so the result does not depend on the executor
+    (wall times aside)."""
+    from fedlam.experiments._executor import map_seeds
+
     if not isinstance(params, BaselinesParams):
         raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
 
     p = params
     gen0 = as_rng(rng)
     seeds = seed_pairs(gen0, p.seeds)
+    tasks: list[tuple] = [(_run_seed, p, name, seed_xi, seed_fed)
+                          for name in p.scenarios for seed_xi, seed_fed in seeds]
+    with_leakage = leakage and any(m in CLUSTERING_METHODS for m in p.methods)
+    if with_leakage:
+        tasks.append((_leakage_task, p, seeds[0][1]))
+    results = map_seeds(_call, tasks, executor)
+    leak_curve: dict = results.pop() if with_leakage else {}
     out: dict[str, dict] = {k: {} for k in ("mag", "best", "spur", "k", "bytes", "leak", "wall", "summary")}
-    for name in p.scenarios:
-        for s, (seed_xi, seed_fed) in enumerate(seeds):
-            xi, specs, T, ctrl = _scenario(p, name, seed_xi)
-            K, N = xi.shape
-            max_bits = math.floor(p.leak_bits * N)
-            if s == 0:
-                nm = len(p.methods)
-                arrs = {"mag": np.zeros((p.seeds, nm, T, K)), "best": np.zeros((p.seeds, T, K)),
-                        "spur": np.zeros((p.seeds, nm, T)), "k": np.zeros((p.seeds, nm, T)),
-                        "bytes": np.zeros((p.seeds, nm, T)), "leak": np.full((p.seeds, nm, 2), np.nan),
-                        "wall": np.full((p.seeds, nm), np.nan)}
-            batches = client_batches(xi, specs, T, seed_fed)
-            hebb_leak = (float("nan"), float("nan"))
-            if "federated" in p.methods or "spectral" in p.methods:
-                hebb_leak = _hebbian_leak(batches, np.random.default_rng([seed_fed, 0]), p, max_bits)
-            for mi, method in enumerate(p.methods):
-                gen = np.random.default_rng([seed_fed, 1 + ALL_METHODS.index(method)])
-                t0 = time.perf_counter()
-                if method in ("federated", "spectral"):
-                    tr = _run_federation(xi, specs, T, seed_fed, ctrl, method == "spectral", hebb_leak)
-                elif method == "local":
-                    tr, arrs["best"][s] = _run_local(xi, specs, T, seed_fed, ctrl)
-                elif method == "oracle":
-                    tr = _run_oracle(xi, batches, gen)
-                elif method.startswith("kfed"):
-                    tr = _run_kfed(xi, batches, gen, p, method.endswith("auto"), max_bits)
-                else:
-                    tr = _run_fedkmeans(xi, batches, gen, p, method.endswith("auto"), max_bits)
-                wall = time.perf_counter() - t0 if np.isnan(tr.wall_time) else tr.wall_time
-                arrs["mag"][s, mi] = tr.magnetization
-                arrs["spur"][s, mi] = tr.spurious
-                arrs["k"][s, mi] = tr.k_used
-                arrs["bytes"][s, mi] = tr.bytes_sent
-                arrs["leak"][s, mi] = (tr.leak_exact, tr.leak_tol)
-                arrs["wall"][s, mi] = wall
-        for key in ("mag", "best", "spur", "k", "bytes", "leak", "wall"):
-            out[key][name] = arrs[key]
+    for i, name in enumerate(p.scenarios):
+        per_seed = results[i * p.seeds:(i + 1) * p.seeds]
+        arrs = {key: np.stack([r[key] for r in per_seed])
+                for key in ("mag", "best", "spur", "k", "bytes", "leak", "wall")}
+        for key, val in arrs.items():
+            out[key][name] = val
         out["summary"][name] = _summarise(p, arrs["mag"], arrs["spur"], arrs["k"], arrs["bytes"], arrs["leak"],
                                           arrs["wall"])
-    leak_curve: dict = {}
-    if leakage and any(m in CLUSTERING_METHODS for m in p.methods):
-        leak_curve = leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seeds[0][1], 99]),
-                                seeds=p.seeds, starts=p.attack_starts, max_bits=math.floor(p.leak_bits * p.N),
-                                attack=p.attack)
     return BaselinesResult(params=p, magnetization=out["mag"], local_best=out["best"], spurious=out["spur"],
                            k_used=out["k"], bytes_sent=out["bytes"], leak=out["leak"], wall_time=out["wall"],
                            leakage=leak_curve, summary=out["summary"])
@@ -779,9 +812,7 @@ def run_leakage(params: BaselinesParams, rng: Any) -> dict:
         raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
     p = params
     seeds = seed_pairs(as_rng(rng), p.seeds)
-    return leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seeds[0][1], 99]),
-                         seeds=p.seeds, starts=p.attack_starts, max_bits=math.floor(p.leak_bits * p.N),
-                         attack=p.attack)
+    return _leakage_task(p, seeds[0][1])
 
 
 def combine(parts: Any, leakage: dict | None = None) -> BaselinesResult:

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -40,10 +39,8 @@ from fedlam.experiments._common import (
     check_nonneg_int,
     check_positive_int,
     check_quality,
-    seed_pairs,
-)
-from fedlam.experiments._common import (
     make_params as _make_params,
+    seed_pairs,
 )
 
 __all__ = [
@@ -289,7 +286,7 @@ def _matched(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
     if patterns.shape[0] == 0:
         return out
     m = metrics.match(patterns, archetypes)
-    for pi, ai in zip(m.pattern_index, m.archetype_index, strict=True):
+    for pi, ai in zip(m.pattern_index, m.archetype_index):
         sign = 1 if m.overlap_matrix[pi, ai] >= 0 else -1
         out[ai] = sign * patterns[pi]
     return out
@@ -505,33 +502,50 @@ class StructuredResult(JsonResult):
                 f"part 2: Ks={p.Ks}, n_subsets={p.n_subsets}, fed_subsets={p.fed_subsets})")
 
 
-def _part1(p: StructuredParams, seeds: list[tuple[int, int]]) -> dict:
-    from fedlam import data, federation
+def _part1_setup(p: StructuredParams, seeds: list[tuple[int, int]]) -> dict:
+    """Part 1's fixed arrays: archetypes (raw and/or decorrelated), their overlaps, example images."""
+    from fedlam import data
 
     raw = data.structured_archetypes(classes=p.classes, method=p.method)
-    K, N = raw.shape
+    N = raw.shape[1]
     arch = np.stack([data.decorrelate(raw) if d else raw for d in p.decorrelated])
     overl = np.einsum("dkn,dln->dkl", arch.astype(float), arch.astype(float)) / N
-    R, D, S, T = len(p.rs), len(p.decorrelated), p.seeds, p.T
-    mix = data.static_mixture(T, 1, K)[:, 0]
     ex_rng = np.random.default_rng(seeds[0][0])
     examples = np.stack([data.flip_channel(raw, r, ex_rng) for r in p.rs])
+    return dict(archetypes=arch, archetype_overlaps=overl, examples=examples)
+
+
+def _part1_task(p: StructuredParams, xi: np.ndarray, r: float, seed_fed: int) -> tuple:
+    """One part-1 federation (archetypes ``xi``, quality ``r``, seed ``seed_fed``): the
+    magnetizations (both metrics), K̂, spurious counts per round and the final patterns matched
+    to ``xi``. One task of :func:`run`."""
+    from fedlam import data, federation
+
+    K, T = xi.shape[0], p.T
+    mix = data.static_mixture(T, 1, K)[:, 0]
+    specs = [federation.ClientSpec(r=r, M=p.M, mixture=mix) for _ in range(p.L)]
+    h = federation.run_federation(xi, specs, T, seed_fed, controller=p.controller)
+    return h.magnetization, h.magnetization_max, h.k_hat, h.spurious, _matched(h.patterns[-1], xi)
+
+
+def _part1(p: StructuredParams, setup: dict, seeds: list[tuple[int, int]], results: list) -> dict:
+    """Assemble part 1 from the results of the ``_part1_task`` tasks in (seed, r, decorrelation) order."""
+    arch = setup["archetypes"]
+    D, K, N = arch.shape
+    R, S, T = len(p.rs), p.seeds, p.T
     mag = np.zeros((S, R, D, T, K))
     mmax = np.zeros((S, R, D, T, K))
     kh = np.zeros((S, R, D, T), dtype=np.int64)
     sp = np.zeros((S, R, D, T), dtype=np.int64)
     rec = np.zeros((R, D, K, N), dtype=np.int8)
-    for s, (_seed_xi, seed_fed) in enumerate(seeds):
-        for ri, r in enumerate(p.rs):
-            specs = [federation.ClientSpec(r=r, M=p.M, mixture=mix) for _ in range(p.L)]
+    it = iter(results)
+    for s in range(S):
+        for ri in range(R):
             for di in range(D):
-                h = federation.run_federation(arch[di], specs, T, seed_fed, controller=p.controller)
-                mag[s, ri, di], mmax[s, ri, di] = h.magnetization, h.magnetization_max
-                kh[s, ri, di], sp[s, ri, di] = h.k_hat, h.spurious
+                mag[s, ri, di], mmax[s, ri, di], kh[s, ri, di], sp[s, ri, di], final = next(it)
                 if s == 0:
-                    rec[ri, di] = _matched(h.patterns[-1], arch[di])
-    return dict(archetypes=arch, archetype_overlaps=overl, examples=examples, magnetization=mag,
-                magnetization_max=mmax, k_hat=kh, spurious=sp, reconstructions=rec)
+                    rec[ri, di] = final
+    return dict(setup, magnetization=mag, magnetization_max=mmax, k_hat=kh, spurious=sp, reconstructions=rec)
 
 
 def _single_grid(p: StructuredParams, xi: np.ndarray, classes: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -550,14 +564,57 @@ def _single_grid(p: StructuredParams, xi: np.ndarray, classes: tuple, seed: int)
     return ints, mins
 
 
-def _part2(p: StructuredParams, gen: np.random.Generator) -> dict:
+def _subset_task(p: StructuredParams, ki: int, s: int, classes: tuple, seed_single: int,
+                 seed_fed: int) -> tuple:
+    """Part 2 on one class subset (the ``s``-th of ``K = p.Ks[ki]``): its overlap structure, the
+    single-operator grid and, for ``s < fed_subsets``, the federations at each r. One task of
+    :func:`run`."""
     from fedlam import data, federation
 
+    K = p.Ks[ki]
+    R, Tf = len(p.rs), p.fed_T
+    xi = data.structured_archetypes(list(classes), method=p.method)
+    o = overlap_structure(xi)
+    ints, mins = _single_grid(p, xi, classes, seed_single)
+    fed = None
+    if s < p.fed_subsets:
+        fed = (np.zeros((R, Tf), dtype=np.int64), np.zeros((R, Tf), dtype=np.int64),
+               np.zeros((R, Tf), dtype=np.int64), np.zeros((R, Tf)))
+        mix = data.static_mixture(Tf, p.L, K)
+        for ri, r in enumerate(p.rs):
+            specs = [federation.ClientSpec(r=r, M=p.fed_examples_per_class * K, mixture=mix[:, c])
+                     for c in range(p.L)]
+            h = federation.run_federation(xi, specs, Tf, seed_fed, controller=p.controller)
+            fed[0][ri], fed[2][ri] = h.k_hat, h.spurious
+            fed[1][ri] = np.count_nonzero(h.magnetization >= RECOVERED, axis=1)
+            fed[3][ri] = h.magnetization.min(axis=1)
+    return (o["max"], o["mean"], o["min_eig"]), ints, mins, fed
+
+
+def _paper_grid_task(p: StructuredParams, seed_single: int) -> tuple:
+    """Part 2's single-operator grid on the paper's three classes. One task of :func:`run`."""
+    from fedlam import data
+
+    paper_xi = data.structured_archetypes(classes=p.classes, method=p.method)
+    return _single_grid(p, paper_xi, tuple(_class_indices(p.classes)), seed_single)
+
+
+def _part2_tasks(p: StructuredParams, gen: np.random.Generator) -> tuple[tuple, list]:
+    """Part 2's subsets and tasks (every seed drawn here, up front, in the order of the serial loop)."""
+    nsub = p.n_subsets
+    subsets = tuple(tuple(random_class_subsets(K, nsub, p.subset_seed)) for K in p.Ks)
+    single_seeds = seed_pairs(gen, len(p.Ks) * nsub)
+    paper_seed = seed_pairs(gen, 1)[0]
+    tasks: list[tuple] = [(_subset_task, p, ki, s, cls, *single_seeds[ki * nsub + s])
+                          for ki in range(len(p.Ks)) for s, cls in enumerate(subsets[ki])]
+    tasks.append((_paper_grid_task, p, paper_seed[0]))
+    return subsets, tasks
+
+
+def _part2(p: StructuredParams, subsets: tuple, results: list) -> dict:
+    """Assemble part 2 from the results of :func:`_part2_tasks`' tasks (in their order)."""
     nK, nsub, R, nS = len(p.Ks), p.n_subsets, len(p.rs), len(p.searches)
     C = 1 + R
-    subsets = tuple(tuple(random_class_subsets(K, nsub, p.subset_seed)) for K in p.Ks)
-    single_seeds = seed_pairs(gen, nK * nsub)
-    paper_seed = seed_pairs(gen, 1)[0]
     ov_max = np.zeros((nK, nsub))
     ov_mean = np.zeros((nK, nsub))
     ov_eig = np.zeros((nK, nsub))
@@ -568,25 +625,13 @@ def _part2(p: StructuredParams, gen: np.random.Generator) -> dict:
     frec = np.zeros((nK, F, R, Tf), dtype=np.int64)
     fsp = np.zeros((nK, F, R, Tf), dtype=np.int64)
     fmin = np.zeros((nK, F, R, Tf))
-    for ki, K in enumerate(p.Ks):
-        for s, cls in enumerate(subsets[ki]):
-            xi = data.structured_archetypes(list(cls), method=p.method)
-            o = overlap_structure(xi)
-            ov_max[ki, s], ov_mean[ki, s], ov_eig[ki, s] = o["max"], o["mean"], o["min_eig"]
-            ints[ki, s], mins[ki, s] = _single_grid(p, xi, cls, single_seeds[ki * nsub + s][0])
+    for ki in range(nK):
+        for s in range(nsub):
+            o, ints[ki, s], mins[ki, s], fed = results[ki * nsub + s]
+            ov_max[ki, s], ov_mean[ki, s], ov_eig[ki, s] = o
             if s < F:
-                mix = data.static_mixture(Tf, p.L, K)
-                for ri, r in enumerate(p.rs):
-                    specs = [federation.ClientSpec(r=r, M=p.fed_examples_per_class * K, mixture=mix[:, c])
-                             for c in range(p.L)]
-                    h = federation.run_federation(xi, specs, Tf, single_seeds[ki * nsub + s][1],
-                                                  controller=p.controller)
-                    fk[ki, s, ri], fsp[ki, s, ri] = h.k_hat, h.spurious
-                    frec[ki, s, ri] = np.count_nonzero(h.magnetization >= RECOVERED, axis=1)
-                    fmin[ki, s, ri] = h.magnetization.min(axis=1)
-    paper_xi = data.structured_archetypes(classes=p.classes, method=p.method)
-    paper_idx = tuple(_class_indices(p.classes))
-    pints, pmins = _single_grid(p, paper_xi, paper_idx, paper_seed[0])
+                fk[ki, s], frec[ki, s], fsp[ki, s], fmin[ki, s] = fed
+    pints, pmins = results[nK * nsub]
     return dict(
         subsets=subsets, subset_overlap_max=ov_max, subset_overlap_mean=ov_mean, subset_min_eig=ov_eig,
         single_k_hat=ints[..., 0], single_accepted=ints[..., 1], single_recovered=ints[..., 2],
@@ -597,15 +642,34 @@ def _part2(p: StructuredParams, gen: np.random.Generator) -> dict:
     )
 
 
-def run(params: StructuredParams, rng: Any) -> StructuredResult:
-    """Run part 1 (the paper's three classes, federations) and part 2 (random class subsets)."""
+def _call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``: lets one :func:`map_seeds` call run tasks of several module-level functions."""
+    return fn(*args)
+
+
+def run(params: StructuredParams, rng: Any, executor: Any = None) -> StructuredResult:
+    """Run part 1 (the paper's three classes, federations) and part 2 (random class subsets).
+
+    ``executor`` (a :class:`concurrent.futures.Executor`, e.g. a Dask client's executor; None:
+    serial, or the cluster named by ``FEDLAM_SCHEDULER``) runs the independent tasks -- each
+    part-1 federation (seed, r, decorrelation), each part-2 class subset, the paper classes'
+    single-operator grid -- through :func:`fedlam.experiments._executor.map_seeds`. Every seed is
+    drawn from ``rng`` up front, so the result does not depend on the executor.
+    """
+    from fedlam.experiments._executor import map_seeds
+
     if not isinstance(params, StructuredParams):
         raise TypeError(f"params must be a StructuredParams, got {type(params).__name__}")
     p = params
     gen = as_rng(rng)
     seeds = seed_pairs(gen, p.seeds)
-    one = _part1(p, seeds)
-    two = _part2(p, gen)
+    setup = _part1_setup(p, seeds)
+    tasks1 = [(_part1_task, p, setup["archetypes"][di], r, seed_fed)
+              for _seed_xi, seed_fed in seeds for r in p.rs for di in range(len(p.decorrelated))]
+    subsets, tasks2 = _part2_tasks(p, gen)
+    results = map_seeds(_call, tasks1 + tasks2, executor)
+    one = _part1(p, setup, seeds, results[:len(tasks1)])
+    two = _part2(p, subsets, results[len(tasks1):])
     summary: dict = {"M_per_client_round": p.M, "archetype_overlaps": one["archetype_overlaps"].round(3).tolist()}
     mag, mmax, kh, sp = one["magnetization"], one["magnetization_max"], one["k_hat"], one["spurious"]
     for ri, r in enumerate(p.rs):
