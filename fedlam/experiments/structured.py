@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,10 @@ from fedlam.experiments._common import (
     check_nonneg_int,
     check_positive_int,
     check_quality,
-    make_params as _make_params,
     seed_pairs,
+)
+from fedlam.experiments._common import (
+    make_params as _make_params,
 )
 
 __all__ = [
@@ -286,7 +289,7 @@ def _matched(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
     if patterns.shape[0] == 0:
         return out
     m = metrics.match(patterns, archetypes)
-    for pi, ai in zip(m.pattern_index, m.archetype_index):
+    for pi, ai in zip(m.pattern_index, m.archetype_index, strict=True):
         sign = 1 if m.overlap_matrix[pi, ai] >= 0 else -1
         out[ai] = sign * patterns[pi]
     return out
