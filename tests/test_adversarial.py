@@ -137,7 +137,7 @@ def test_adversarial_executor_matches_loop():
         b = adversarial.run(p, 5, executor=ex)
     np.testing.assert_array_equal(a.magnetization, b.magnetization)
     np.testing.assert_array_equal(a.fake_in_memory, b.fake_in_memory)
-    with pytest.raises(TypeError, match="executor must have a map"):
+    with pytest.raises(TypeError, match="executor must be None or a concurrent.futures.Executor"):
         adversarial.run(p, 5, executor=object())
 
 
