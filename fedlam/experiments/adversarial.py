@@ -143,9 +143,9 @@ class AdversarialParams:
     r_good : float
         Their channel quality (also the quality of the attackers' own data).
     attacks : tuple of str
-        Adversaries compared, each in :data:`ATTACKS` (``"none"``: the good clients alone).
+        Adversaries compared, each in ``ATTACKS`` (``"none"``: the good clients alone).
     defenses : tuple of str
-        Server defences compared, each in :data:`DEFENSES` (``"none"``: the paper's mean).
+        Server defences compared, each in ``DEFENSES`` (``"none"``: the paper's mean).
     controllers : tuple
         Weight rules compared (``"paper"``, ``"novelty"`` or constant floats).
     ema_alpha : float
@@ -447,13 +447,13 @@ class TradeoffParams:
     controller : str or float
         Weight rule of every client.
     scenarios : tuple of str
-        Each in :data:`SCENARIOS`: ``"iid"`` (every client sees every archetype),
+        Each in ``SCENARIOS``: ``"iid"`` (every client sees every archetype),
         ``"three_of_five"`` / ``"two_of_five"`` / ``"one_of_five"`` (each archetype held by 3, 2,
         1 of the clients: client c holds archetypes c, c+1, ... mod K; needs L = K),
         ``"drift"`` (archetypes dominate one after another, :func:`fedlam.data.sequential_drift`),
         ``"novelty"`` (a new archetype seen first by one client, :func:`spreading_novelty`).
     defenses : tuple of str
-        Each in :data:`DEFENSES`.
+        Each in ``DEFENSES``.
     s_values : tuple of int
         Support thresholds of the sweep.
     colluders : tuple of int
