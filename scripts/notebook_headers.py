@@ -259,6 +259,18 @@ def process(path: pathlib.Path, *, check: bool = False, config: Mapping[str, Any
     return True
 
 
+def strip_headers(path: pathlib.Path) -> None:
+    """Undo :func:`process` on a copy (tests' negative controls): drop the header cells and put back
+    the kernelspec the notebooks had before (display name "Python 3", which JupyterLab rewrites)."""
+    import nbformat
+
+    nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    nb.cells = [c for c in nb.cells if c.get("id") not in HEADER_IDS]
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    text = nbformat.writes(nb)
+    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+
+
 def book_notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 

@@ -29,15 +29,6 @@ PIP_URL = nh.repository_pip_url(CONFIG)
 NOTEBOOKS = nh.book_notebooks()
 
 
-def _strip_headers(path: Path) -> None:
-    """Put a notebook back in the state before the script ran: no header cells, the kernelspec
-    display name the notebooks were first committed with."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    nb["cells"] = [c for c in nb["cells"] if c.get("id") not in nh.HEADER_IDS]
-    nb["metadata"]["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 @pytest.fixture
 def copies(tmp_path: Path) -> list[Path]:
     """Copies of the book's notebooks without their header cells (the committed ones have them)."""
@@ -46,7 +37,7 @@ def copies(tmp_path: Path) -> list[Path]:
         dst = tmp_path / p.relative_to(ROOT)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, dst)
-        _strip_headers(dst)
+        nh.strip_headers(dst)
         out.append(dst)
     return out
 
