@@ -41,6 +41,7 @@ from fedlam.experiments._common import (
 from fedlam.experiments._common import (
     make_params as _make_params,
 )
+from fedlam.experiments._executor import map_seeds
 
 __all__ = [
     "ATTACKS",
@@ -374,14 +375,6 @@ def _run_seed(p: AdversarialParams, seed_xi: int, seed_fed: int) -> dict:
     return out
 
 
-def _map_seeds(fn: Any, p: Any, pairs: list, executor: Any) -> list:
-    """``fn(p, seed_xi, seed_fed)`` over the seed pairs, through
-    :func:`fedlam.experiments._executor.map_seeds` (serial, an executor, or ``FEDLAM_SCHEDULER``)."""
-    from fedlam.experiments._executor import map_seeds
-
-    return map_seeds(fn, [(p, a, b) for a, b in pairs], executor)
-
-
 def run(params: AdversarialParams, rng: Any, executor: Any = None) -> AdversarialResult:
     """Run every (attack, defence, controller) triple on the same archetypes and client seeds.
 
@@ -392,7 +385,7 @@ def run(params: AdversarialParams, rng: Any, executor: Any = None) -> Adversaria
     if not isinstance(params, AdversarialParams):
         raise TypeError(f"params must be an AdversarialParams, got {type(params).__name__}")
     p = params
-    outs = _map_seeds(_run_seed, p, seed_pairs(rng, p.seeds), executor)
+    outs = map_seeds(_run_seed, [(p, a, b) for a, b in seed_pairs(rng, p.seeds)], executor)
     st = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
     return AdversarialResult(params=p, weights=st["weights"], magnetization=st["magnetization"],
                              k_hat=st["k_hat"], spurious=st["spurious"], n_patterns=st["n_patterns"],
@@ -613,7 +606,7 @@ def run_tradeoff(params: TradeoffParams, rng: Any, executor: Any = None) -> Trad
     if not isinstance(params, TradeoffParams):
         raise TypeError(f"params must be a TradeoffParams, got {type(params).__name__}")
     p = params
-    outs = _map_seeds(_run_tradeoff_seed, p, seed_pairs(rng, p.seeds), executor)
+    outs = map_seeds(_run_tradeoff_seed, [(p, a, b) for a, b in seed_pairs(rng, p.seeds)], executor)
     st = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
     summary: dict = {}
     for si, sc in enumerate(p.scenarios):

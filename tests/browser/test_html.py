@@ -32,22 +32,12 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from _chromium import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(os.environ.get("FEDLAM_BOOK_ROOT", Path(__file__).resolve().parents[2]))
 HTML = ROOT / "_build" / "html"
 TOC = ROOT / "_toc.yml"
 REQUIRE = os.environ.get("FEDLAM_REQUIRE_HTML", "") == "1"
-CHROMIUM = os.environ.get("FEDLAM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 STATIC_NOTE = "Interactive explorer: static default shown; run this notebook to move the sliders."
 # Console messages known to be harmless (documented in DESIGN.md §3).
 BENIGN_CONSOLE = ("Got invalid theme mode",)
@@ -88,7 +78,7 @@ PAGES = toc_pages()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -62,17 +62,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("FEDLAM_JUPYTERLAB", "") == "1"
 NOTEBOOKS = os.environ.get("FEDLAM_JUPYTERLAB_NOTEBOOKS", "book/chapters/05_spiked.ipynb").split()
 RUNALL = os.environ.get("FEDLAM_JUPYTERLAB_RUNALL", "book/chapters/08_controller.ipynb")
-CHROMIUM = os.environ.get("FEDLAM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 START_TIMEOUT_S = 90
 PAGE_TIMEOUT_MS = 90_000
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
@@ -83,6 +72,7 @@ pytestmark = pytest.mark.skipif(
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import notebook_headers  # noqa: E402
+from _chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (tests/browser is on sys.path)
 
 
 def _free_port() -> int:
