@@ -4,7 +4,7 @@ A fitted scaling exponent is only as good as the times it is fitted to. Three ef
 not the algorithm's work distort small timings, and each has a remedy here:
 
 * **other jobs on the machine**: measure the processor time of this process
-  (:func:`time.process_time`) rather than wall-clock time, with one BLAS thread (with several,
+  (``time.process_time``) rather than wall-clock time, with one BLAS thread (with several,
   processor time also counts threads spin-waiting for work);
 * **drift while measuring** (frequency scaling, a neighbour's load coming and going): time the
   sizes round-robin, so every size sees the same conditions, and keep the best of the repeats;
