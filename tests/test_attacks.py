@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from fedlam import attacks, data, operators
-
-
-@dataclass(frozen=True)
-class Up:
-    """Stand-in with the fields of fedlam.protocol.Upload."""
-
-    operator: np.ndarray
-    batch_size: int
-    weight: float
-    noise_var: float | None
-    dp_sigma: float = 0.0
+from fedlam.protocol import Upload
 
 
 def honest_view(N=120, M=150, r=0.9, seed=0, w=1.0, broadcast=None, t=0):
     xi = data.random_archetypes(3, N, seed)
     B = operators.hebbian(data.sample_examples(xi, M, r, np.ones(3) / 3, rng=seed + 1)[0])
     U = B if broadcast is None else w * B + (1 - w) * broadcast
-    return xi, attacks.HonestView(Up(U, M, w, 1 - r * r), B, broadcast, t)
+    return xi, attacks.HonestView(Upload(U, M, w, 1 - r * r), B, broadcast, t)
 
 
 def test_fake_pattern_deterministic_and_shared():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -11,17 +10,7 @@ import scipy.integrate
 import scipy.stats
 
 from fedlam import data, khat, lam, operators, robust
-
-
-@dataclass(frozen=True)
-class Up:
-    """Stand-in with the fields of fedlam.protocol.Upload."""
-
-    operator: np.ndarray
-    batch_size: int
-    weight: float
-    noise_var: float | None
-    dp_sigma: float = 0.0
+from fedlam.protocol import Upload
 
 
 def honest_uploads(xi, M, r, L, seed, pi=None, weight=1.0, broadcast=None):
@@ -32,12 +21,12 @@ def honest_uploads(xi, M, r, L, seed, pi=None, weight=1.0, broadcast=None):
         pc = pi[c] if pi.ndim == 2 else pi
         B = operators.hebbian(data.sample_examples(xi, M, r, pc, rng=seed * 100 + c)[0])
         U = B if broadcast is None else weight * B + (1 - weight) * broadcast
-        out.append(Up(U, M, weight, 1 - r * r))
+        out.append(Upload(U, M, weight, 1 - r * r))
     return out
 
 
 def poison_upload(fake, M, r):
-    return Up(operators.pattern_operator(fake[None]), M, float("nan"), 1 - r * r)
+    return Upload(operators.pattern_operator(fake[None]), M, float("nan"), 1 - r * r)
 
 
 def fake_of(seed, N):
@@ -109,7 +98,7 @@ def test_aggregate_bad_inputs():
         robust.aggregate(ups, None, "support", broadcast=np.zeros((3, 3)))
     with pytest.raises(ValueError, match=r"\[1, L\] = \[1, 3\]"):
         robust.aggregate(ups, None, "support", {"s": 4})
-    bad = [Up(np.zeros((40, 40), dtype=np.float32), 10, 1.0, None)]
+    bad = [Upload(np.zeros((40, 40), dtype=np.float32), 10, 1.0, None)]
     with pytest.raises(TypeError, match="must be float64"):
         robust.aggregate(bad)
 
@@ -173,7 +162,7 @@ def test_robust_edge_on_pure_noise(defense):
     zs, zs_mp = [], []
     for seed in range(4):
         rng = np.random.default_rng(seed)
-        ups = [Up(operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)), M, 1.0, 1.0)
+        ups = [Upload(operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)), M, 1.0, 1.0)
                for _ in range(L)]
         ra = robust.aggregate(ups, None, defense)
         comps, v = ra.details["derived_components"], ra.details["derived_noise_var"]
@@ -226,21 +215,21 @@ def test_fresh_operator_removes_broadcast():
     xi = data.random_archetypes(2, 50, 3)
     A = operators.pattern_operator(xi)
     B = operators.hebbian(data.sample_examples(xi, 80, 0.8, np.ones(2) / 2, rng=1)[0])
-    u = Up(0.3 * B + 0.7 * A, 80, 0.3, 0.36)
+    u = Upload(0.3 * B + 0.7 * A, 80, 0.3, 0.36)
     np.testing.assert_allclose(robust.fresh_operator(u, A), 0.3 * B, atol=1e-15)
-    assert robust.fresh_operator(Up(B, 80, float("nan"), None), A) is B
+    assert robust.fresh_operator(Upload(B, 80, float("nan"), None), A) is B
 
 
 def test_upload_threshold_single_mp():
     N, M = 400, 200
-    t = robust.upload_threshold(Up(np.zeros((N, N)), M, 0.5, 0.36), N, n_sigma=0.0)
+    t = robust.upload_threshold(Upload(np.zeros((N, N)), M, 0.5, 0.36), N, n_sigma=0.0)
     # MP edge of the fresh part, moved by the +-1 entries' kurtosis 4 / s2 - 6: edge sqrt(q) k / N
     edge = 0.5 * 0.36 / N * (1 + math.sqrt(N / M)) ** 2
     assert t == pytest.approx(edge * (1 + math.sqrt(N / M) * (4 / 0.36 - 6) / N), rel=1e-6)
-    assert math.isnan(robust.upload_threshold(Up(np.zeros((N, N)), 0, 1.0, 0.36), N))
-    assert math.isnan(robust.upload_threshold(Up(np.zeros((N, N)), 10, 0.0, 0.36), N))
+    assert math.isnan(robust.upload_threshold(Upload(np.zeros((N, N)), 0, 1.0, 0.36), N))
+    assert math.isnan(robust.upload_threshold(Upload(np.zeros((N, N)), 10, 0.0, 0.36), N))
     # unknown bulk variance: the upper bound 1 (uniform +-1 entries, kurtosis -2)
-    assert robust.upload_threshold(Up(np.zeros((N, N)), M, 1.0, None), N, 0.0) == pytest.approx(
+    assert robust.upload_threshold(Upload(np.zeros((N, N)), M, 1.0, None), N, 0.0) == pytest.approx(
         (1 + math.sqrt(N / M)) ** 2 / N * (1 - 2 * math.sqrt(N / M) / N), rel=1e-6)
 
 
@@ -252,7 +241,7 @@ def test_pure_noise_certifies_nothing_even_in_its_own_top_directions():
         rng = np.random.default_rng(40 + seed)
         B = operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8))
         V = np.linalg.eigh(B)[1][:, -6:]
-        res = robust.support_test(None, [Up(B, M, 1.0, 1.0)], {"s": 1}, basis=V)
+        res = robust.support_test(None, [Upload(B, M, 1.0, 1.0)], {"s": 1}, basis=V)
         assert res.n_certified[0] == 0
 
 
@@ -322,7 +311,7 @@ def test_support_keeps_memory_without_fresh_evidence():
     N, r = 200, 0.9
     xi = data.random_archetypes(3, N, 8)
     A = operators.pattern_operator(xi)
-    ups = [Up(A.copy(), 100, 0.0, 1 - r * r) for _ in range(5)]
+    ups = [Upload(A.copy(), 100, 0.0, 1 - r * r) for _ in range(5)]
     ra, kr = _cleaned(ups, 2, broadcast=A)
     assert ra.details["removed"] == 0 and kr.k_hat == 3
     assert np.array_equal(ra.details["n_certified"], np.zeros(5, dtype=np.int64))
@@ -332,7 +321,7 @@ def test_support_keeps_memory_without_fresh_evidence():
 def test_support_no_spikes_is_identity():
     N, M = 200, 200
     rng = np.random.default_rng(2)
-    ups = [Up(operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)), M, 1.0, 1.0)
+    ups = [Upload(operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8)), M, 1.0, 1.0)
            for _ in range(3)]
     ra = robust.aggregate(ups, None, "support")
     assert ra.details["k_hat_mean"] == 0 and ra.details["removed"] == 0
@@ -402,7 +391,7 @@ def test_support_ritz_values_are_rayleigh_quotients():
     xi = data.random_archetypes(2, N, 11)
     A = operators.pattern_operator(xi[:1])
     eta, labels = data.sample_examples(xi, M, r, np.ones(2) / 2, rng=5)
-    up = Up(w * operators.hebbian(eta) + (1 - w) * A, M, w, 1 - r * r)
+    up = Upload(w * operators.hebbian(eta) + (1 - w) * A, M, w, 1 - r * r)
     u = xi[1].astype(float) / math.sqrt(N)
     res = robust.support_test(None, [up], {"s": 1}, broadcast=A, basis=u[:, None])
     F = robust.fresh_operator(up, A)
