@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
-__all__ = ["Timing", "retain_freed_memory", "slope_noise", "time_interleaved"]
+__all__ = ["Timing", "retain_freed_memory", "slope_noise", "time_interleaved", "time_once"]
 
 # glibc's mallopt parameters (malloc.h) and its largest mmap threshold on 64-bit systems
 _M_TRIM_THRESHOLD = -1
@@ -77,6 +77,24 @@ def retain_freed_memory() -> bool:
     return bool(ok and mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1)
 
 
+def _process_time(fn: Callable[[], object]) -> float:
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def time_once(fn: Callable[[], object]) -> float:
+    """Processor time of one call with one BLAS thread, without warm-up.
+
+    For a call too expensive to repeat; its time is then an upper estimate of what
+    :func:`time_interleaved` would report.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _process_time(fn)
+
+
 def time_interleaved(calls: Sequence[Callable[[], object]], repeat: int = 5) -> list[Timing]:
     """Best processor time of each call, measured round-robin with one BLAS thread.
 
@@ -112,9 +130,7 @@ def time_interleaved(calls: Sequence[Callable[[], object]], repeat: int = 5) -> 
             fn()
         for _ in range(int(repeat)):
             for fn, ts in zip(calls, times, strict=True):
-                t0 = time.process_time()
-                fn()
-                ts.append(time.process_time() - t0)
+                ts.append(_process_time(fn))
     out = []
     for ts in times:
         best, worst = min(ts), max(ts)

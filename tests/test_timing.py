@@ -67,6 +67,32 @@ def test_time_interleaved_orders_work_by_size():
     assert large.best > small.best
 
 
+def _blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
+def test_time_once_runs_once_with_one_blas_thread():
+    from threadpoolctl import threadpool_limits
+
+    seen: list[set[int]] = []
+    with threadpool_limits(limits=2, user_api="blas"):     # whatever the caller set
+        t = timing.time_once(lambda: seen.append(_blas_threads()))
+    assert len(seen) == 1 and seen[0] <= {1} and t >= 0.0
+    with pytest.raises(TypeError, match="fn must be callable"):
+        timing.time_once(3)
+
+
+def test_time_interleaved_uses_one_blas_thread():
+    from threadpoolctl import threadpool_limits
+
+    seen: list[set[int]] = []
+    with threadpool_limits(limits=2, user_api="blas"):
+        timing.time_interleaved([lambda: seen.append(_blas_threads())], 2)
+    assert len(seen) == 3 and all(s <= {1} for s in seen)
+
+
 @pytest.mark.parametrize(
     ("calls", "repeat", "exc", "match"),
     [
