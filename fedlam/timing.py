@@ -29,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
+from fedlam._validation import check_in_range, check_positive_int
+
 __all__ = ["Timing", "retain_freed_memory", "slope_noise", "time_interleaved", "time_once"]
 
 # glibc's mallopt parameters (malloc.h) and its largest mmap threshold on 64-bit systems
@@ -114,10 +116,7 @@ def time_interleaved(calls: Sequence[Callable[[], object]], repeat: int = 5) -> 
     list of Timing
         One per call, in order.
     """
-    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)):
-        raise TypeError(f"repeat must be an int, got {type(repeat).__name__}")
-    if repeat < 2:
-        raise ValueError(f"repeat must be >= 2 (the spread needs two runs), got {repeat}")
+    repeat = check_positive_int(repeat, "repeat", minimum=2)   # the spread needs two runs
     calls = list(calls)
     if not calls:
         raise ValueError("calls must not be empty")
@@ -128,7 +127,7 @@ def time_interleaved(calls: Sequence[Callable[[], object]], repeat: int = 5) -> 
     with threadpool_limits(limits=1, user_api="blas"):
         for fn in calls:
             fn()
-        for _ in range(int(repeat)):
+        for _ in range(repeat):
             for fn, ts in zip(calls, times, strict=True):
                 ts.append(_process_time(fn))
     out = []
@@ -161,10 +160,7 @@ def slope_noise(sizes: npt.ArrayLike, spread: float) -> float:
         raise ValueError(f"sizes must be 1-D with at least 2 entries, got shape {x.shape}")
     if not np.all(np.isfinite(x)) or np.any(x <= 0):
         raise ValueError("sizes must be finite and > 0")
-    if isinstance(spread, bool) or not isinstance(spread, (int, float, np.integer, np.floating)):
-        raise TypeError(f"spread must be a real number, got {type(spread).__name__}")
-    if not np.isfinite(spread) or spread < 0:
-        raise ValueError(f"spread must be finite and >= 0, got {spread}")
+    spread = check_in_range(spread, "spread", 0.0, None)
     lx = np.log(x) - np.log(x).mean()
     den = float((lx**2).sum())
     if den == 0.0:

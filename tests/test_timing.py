@@ -40,7 +40,7 @@ def test_slope_noise_bounds_every_perturbation_and_is_reached(sizes):
         ([[1.0, 2.0]], 0.1, ValueError, "1-D"),
         ([1.0, -2.0], 0.1, ValueError, "> 0"),
         ([3.0, 3.0], 0.1, ValueError, "not all be equal"),
-        ([1.0, 2.0], -0.1, ValueError, "spread must be finite and >= 0"),
+        ([1.0, 2.0], -0.1, ValueError, r"spread must lie in \[0, inf\]"),
         ([1.0, 2.0], float("nan"), ValueError, "spread must be finite"),
         ([1.0, 2.0], True, TypeError, "spread must be a real number"),
         ([1.0, 2.0], "0.1", TypeError, "spread must be a real number"),
