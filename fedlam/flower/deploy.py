@@ -384,6 +384,9 @@ class LocalFederation:
     def wait(self, run_id: str, timeout: float, poll: float = 1.0, on_poll: Any = None) -> dict:
         """Poll the run until it is ``finished:*``; raise :class:`FlowerError` if it fails, the
         SuperLink dies, or ``timeout`` seconds pass. ``on_poll(status)`` is called each poll."""
+        from fedlam._validation import check_in_range
+
+        timeout = check_in_range(timeout, "timeout", 0.0, None, low_open=True)  # NaN never times out
         t_end = time.monotonic() + timeout
         link = self.procs[0]
         while True:
