@@ -4,8 +4,11 @@ Starts a SuperLink and one SuperNode per site on 127.0.0.1 (free ports, ``--inse
 dependency installation disabled), runs the fedlam ServerApp/ClientApp, writes
 ``DIR/history.json`` (:mod:`fedlam.flower.history`), ``DIR/history.png``, the processes' logs in
 ``DIR/logs/`` and ``DIR/command.txt``, and stops every process it started -- also on an error
-or Ctrl-C. Exit codes: 0 done, 1 the federation failed (message says why), 2 bad arguments,
-130 interrupted.
+or Ctrl-C. Every option is built and checked before any process starts
+(:func:`plan_from_args`). Exit codes: 0 done, 1 the federation failed (the message says why; a
+round in which no upload arrived is a failure unless ``--min-clients`` is given, which allows
+skipping rounds), 2 bad arguments (argparse's convention: the message names the flag), 130
+interrupted.
 
 Examples::
 
@@ -15,6 +18,8 @@ Examples::
     python -m fedlam.flower local --data site0.npz site1.npz site2.npz --M 100 --rounds 5 --out mine
     python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 --round-timeout 60 \
         --kill-node 2 --kill-after-round 1 --out partial
+    python -m fedlam.flower local --clients 5 --rounds 5 --behaviour '4:hidden:{"seed": 3}' \
+        --defense support --compare --out attacked
 
 ``python -m fedlam.flower app DIR`` writes the app project (a ``pyproject.toml`` whose
 components are imported from the installed ``fedlam``) that ``flwr run DIR FEDERATION``
