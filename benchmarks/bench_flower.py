@@ -53,17 +53,18 @@ ECHO_COMPONENTS = {"serverapp": "flower_echo_app:server", "clientapp": "flower_e
 # fresh-process probes of the client side (each prints seconds)
 _PROBE_SITE = r"""
 import pickle, sys, time
-t0 = time.perf_counter()
+clock = time.perf_counter if sys.argv[2] == "wall" else time.process_time
+t0 = clock()
 import flwr.clientapp, flwr.app
-t1 = time.perf_counter()
+t1 = clock()
 from fedlam.flower.client_app import app
 from fedlam.flower.site import handle
 req, node, rc, state = pickle.load(open(sys.argv[1], "rb"))
-t2 = time.perf_counter()
+t2 = clock()
 handle(req, node, rc, state)     # first round in this process: imports what the site needs
-t3 = time.perf_counter()
+t3 = clock()
 handle(req, node, rc, state)     # the same round again: the work alone
-t4 = time.perf_counter()
+t4 = clock()
 print(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 """
 
@@ -153,7 +154,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         pk = Path(d) / "site.pkl"
         _site_probe_input(pk, nodes, dict(rc, precision="float32"))
-        flwr_only, fedlam_imp, first, again = _probe(["-c", _PROBE_SITE, str(pk)])
+        probes = {clock: _probe(["-c", _PROBE_SITE, str(pk), clock]) for clock in ("wall", "cpu")}
     load["end"] = os.getloadavg()
 
     echo = _median_after_first(rounds["echo"])
@@ -174,14 +175,21 @@ def main() -> None:
         print(f"| target: overhead <= 1.5 x {t_inproc:.3f} + 0.5 = {target:.3f} | "
               f"**{'met' if f - echo <= target else 'not met'}** |")
     print()
-    print("Client side, one fresh process each (best of 3):")
-    print(f"| `import flwr.clientapp, flwr.app` alone (what the echo ClientApp imports) | {flwr_only:.3f} |")
-    print(f"| then fedlam's ClientApp modules (`fedlam.flower.client_app`, `site`) | {fedlam_imp:.3f} |")
+    print("Client side, one fresh process each (best of 3; wall and CPU seconds of that process):")
+    print("| step | wall | CPU |")
+    print("|---|---|---|")
+    (w_flwr, w_app, w_first, w_again), (c_flwr, c_app, c_first, c_again) = probes["wall"], probes["cpu"]
+    print(f"| `import flwr.clientapp, flwr.app` (what the echo ClientApp imports too) | {w_flwr:.3f} | {c_flwr:.3f} |")
+    print(f"| fedlam's ClientApp modules (`fedlam.flower.client_app`, `site`) | {w_app:.3f} | {c_app:.3f} |")
     print(f"| first round in the process (imports `fedlam.federation` and what a site uses, then the work) "
-          f"| {first:.3f} |")
-    print(f"| the same round again (the work alone: batch, controller, blend, encoding) | {again:.3f} |")
-    print(f"| fedlam's import cost per ClientApp process = {fedlam_imp:.3f} + {first:.3f} - {again:.3f} | "
-          f"{fedlam_imp + first - again:.3f} |")
+          f"| {w_first:.3f} | {c_first:.3f} |")
+    print(f"| the same round again (the work alone: batch, controller, blend, encoding) | {w_again:.3f} | "
+          f"{c_again:.3f} |")
+    imp_w, imp_c = w_app + w_first - w_again, c_app + c_first - c_again
+    print(f"| fedlam's import cost per ClientApp process (modules + first round - work) | {imp_w:.3f} | {imp_c:.3f} |")
+    extra = L * (imp_c + c_again)
+    print(f"| what fedlam's ClientApps add per round beyond the echo app: L x (imports + work) = {L} x "
+          f"({imp_c:.3f} + {c_again:.3f}) CPU s; wall on 2 idle cores >= | {extra / 2:.3f} | {extra:.3f} |")
     print()
     sizes = {f"{p}{'' if not k else f' top-{k}'}": wire.operator_nbytes(N, p, k or None)
              for p, k in (("float64", 0), ("float32", 0), ("float16", 0), ("float32", 20), ("float32", 6))}
