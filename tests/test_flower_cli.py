@@ -42,6 +42,7 @@ BAD = [
     (["--behaviour", "7:flip"], "--behaviour", "[0, 2)"),
     (["--controller", "1.5"], "--controller", "1.5"),
     (["--fraction", "0"], "--fraction", "0"),
+    (["--archetypes", "silhouettes"], "--archetypes silhouettes", "--N"),
 ]
 
 
@@ -64,6 +65,16 @@ def test_bad_option_exits_2_naming_the_flag_before_any_process(extra, flag, prob
     msg = err.strip().splitlines()[-1]
     assert msg.startswith("python -m fedlam.flower local: error: ") and flag in msg and problem in msg, msg
     assert not out.exists()  # nothing written, nothing started
+
+
+def test_options_of_synthetic_sites_refused_with_data_files(tmp_path, capsys, no_deploy):
+    import numpy as np
+
+    np.save(tmp_path / "a.npy", np.ones((4, 10), dtype=np.int8))
+    rc = local.main(["local", "--data", str(tmp_path / "a.npy"), "--clients", "3", "--r", "0.7",
+                     "--out", str(tmp_path / "o")])
+    msg = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and "--clients, --r describe(s) synthetic sites" in msg, msg
 
 
 def test_good_options_reach_the_deploy_step(tmp_path, no_deploy):

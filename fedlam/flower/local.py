@@ -47,18 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
                                 "127.0.0.1 (one SuperLink, one SuperNode per site).")
     a = p.add_argument
     a("--out", required=True, help="output directory (history.json, history.png, logs/)")
-    a("--clients", type=int, default=5, help="number of synthetic sites (default 5)")
+    a("--clients", type=int, default=None, help="number of synthetic sites (default 5)")
     a("--rounds", type=int, default=10, help="rounds T (default 10)")
-    a("--N", type=int, default=200, help="pattern dimension of random archetypes (default 200)")
-    a("--K", type=int, default=3, help="number of random archetypes (default 3)")
-    a("--r", type=float, default=0.8, help="channel quality of the synthetic sites (default 0.8)")
+    a("--N", type=int, default=None, help="pattern dimension of random archetypes (default 200)")
+    a("--K", type=int, default=None, help="number of random archetypes (default 3)")
+    a("--r", type=float, default=None, help="channel quality of the synthetic sites (default 0.8)")
     a("--M", type=int, default=200, help="examples per site per round (default 200)")
     a("--seed", type=int, default=0, help="seed of the federation's random streams (default 0)")
     a("--archetype-seed", type=int, default=None, help="seed of the random archetypes (default: --seed)")
-    a("--archetypes", default="random", choices=("random", "silhouettes"),
-      help="random archetypes or the paper's Caltech-101 silhouettes (N = 784, K = 3)")
-    a("--mixture", default="uniform",
-      help="class mixture of each site: uniform, class (one class per site), class:k, drift, or a JSON list")
+    a("--archetypes", default=None, choices=("random", "silhouettes"),
+      help="random archetypes (default) or the paper's Caltech-101 silhouettes (N = 784, K = 3)")
+    a("--mixture", default=None,
+      help="class mixture of each site: uniform (default), class (one class per site), class:k, drift, or a "
+      "JSON list")
     a("--data", nargs="+", metavar="FILE", default=None,
       help="one .npy/.npz file of +-1 examples per site (replaces the synthetic sites)")
     a("--precision", default="float32", choices=("float64", "float32", "float16"),
@@ -170,6 +171,21 @@ def plan_from_args(ns: argparse.Namespace) -> tuple[dict, list[dict]]:
 
     from . import config as C
     from .site import build_client, instantiate
+
+    # -- options that do not apply are refused, then the defaults of the synthetic sites -------
+    synthetic = {"--clients": ns.clients, "--N": ns.N, "--K": ns.K, "--r": ns.r, "--archetypes": ns.archetypes,
+                 "--mixture": ns.mixture, "--archetype-seed": ns.archetype_seed}
+    if ns.data:
+        unused = [f for f, v in synthetic.items() if v is not None]
+        _need(not unused, f"{', '.join(unused)} describe(s) synthetic sites, but --data gives the sites' own "
+              "examples: drop one or the other")
+    elif ns.archetypes == "silhouettes":
+        unused = [f for f in ("--N", "--K", "--archetype-seed") if synthetic[f] is not None]
+        _need(not unused, f"--archetypes silhouettes fixes N = 784 and K = 3 (the paper's prototypes); "
+              f"drop {', '.join(unused)}")
+    ns = argparse.Namespace(**{**vars(ns), **{k: v for k, v in (
+        ("clients", 5), ("N", 200), ("K", 3), ("r", 0.8), ("archetypes", "random"), ("mixture", "uniform"))
+        if getattr(ns, k) is None}})
 
     # -- numbers ------------------------------------------------------------------------------
     _need(1 <= ns.rounds <= 100_000, f"--rounds must be in [1, 100000], got {ns.rounds}")
