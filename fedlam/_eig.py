@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
+import scipy.linalg  # scipy.sparse.linalg loads on first use (a Flower site never needs it)
 
 from fedlam._validation import check_operator
 

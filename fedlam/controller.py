@@ -158,7 +158,10 @@ __all__ = [
 
 # Tracy-Widom (beta = 1) 0.999 quantile (= 3.2722): the default detection margin in
 # Johnstone's scaling (false detection on a pure-noise batch with probability ~ 1e-3).
-_TW1_Q999 = float(rmt.tw1_quantile(0.999))
+# A literal (= rmt.tw1_quantile(0.999) to 1e-12, checked in tests/test_flower_imports.py), so that
+# importing the controller -- every Flower ClientApp process does, every round -- needs neither
+# scipy.optimize nor the Fredholm determinant of the Airy kernel.
+_TW1_Q999 = 3.2721960590020904
 
 
 # ----------------------------------------------------------------------------------------

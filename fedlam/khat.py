@@ -41,9 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
-import scipy.sparse.linalg
+import scipy.linalg  # scipy.optimize / scipy.sparse.linalg load on first use (a Flower site needs neither)
 
 from fedlam._eig import Spectrum, _as_spectrum, _check_values, _eig_full, _top_values_spectrum
 from fedlam._validation import (

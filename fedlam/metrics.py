@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ._validation import check_in_range, check_operator, check_pm1
 
@@ -114,6 +113,8 @@ def match(patterns: np.ndarray, archetypes: np.ndarray) -> Matching:
     if P.shape[0] == 0:
         e = np.empty(0, dtype=np.int64)
         return Matching(e, e.copy(), np.empty(0), O)
+    from scipy.optimize import linear_sum_assignment  # here: importing metrics stays cheap
+
     rows, cols = linear_sum_assignment(np.abs(O), maximize=True)
     return Matching(rows.astype(np.int64), cols.astype(np.int64), np.abs(O[rows, cols]), O)
 

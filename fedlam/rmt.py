@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special
+import scipy  # scipy.optimize / scipy.special load on first use: a Flower site never needs them
 
 from ._validation import _describe, check_in_range, check_pm1, check_positive_int, check_prob_vector, check_quality
 
@@ -517,7 +517,7 @@ def _free_edge_G(a: np.ndarray, c: np.ndarray) -> float:
     lo, hi = 1e-9 / top, (1.0 - 1e-12) / top
     while dx(lo) > 0:  # pragma: no cover - only for absurd dynamic ranges
         lo /= 1e3
-    return float(optimize.brentq(dx, lo, hi, xtol=1e-15 / top, rtol=1e-14, maxiter=500))
+    return float(scipy.optimize.brentq(dx, lo, hi, xtol=1e-15 / top, rtol=1e-14, maxiter=500))
 
 
 def _free_x(G: float, a: np.ndarray, c: np.ndarray) -> float:
@@ -630,7 +630,7 @@ def free_outlier_location(strengths: np.ndarray, scales: np.ndarray, ratios: np.
         lo = Ge
         while F(lo) <= 0.0:
             lo /= 2.0
-        G = float(optimize.brentq(F, lo, Ge, xtol=1e-15 * Ge, rtol=1e-14, maxiter=500))
+        G = float(scipy.optimize.brentq(F, lo, Ge, xtol=1e-15 * Ge, rtol=1e-14, maxiter=500))
         out[k] = _free_x(G, a[live], c[live])
     return float(out[0]) if one else out
 
@@ -938,7 +938,7 @@ def weyl_sufficient_kappa(N: int, M: int, delta: float = 0.05, sigma2: float = 1
     i = int(ok[0])
     if i == 0:
         return float(grid[0])
-    return float(optimize.brentq(gap, float(grid[i - 1]), float(grid[i]), xtol=1e-12, rtol=1e-12))
+    return float(scipy.optimize.brentq(gap, float(grid[i - 1]), float(grid[i]), xtol=1e-12, rtol=1e-12))
 
 
 # ----------------------------------------------------------------------------------------
@@ -986,7 +986,7 @@ def _tw1_cdf_scalar(s: float) -> float:
     x, w, iu = _gauss_legendre_01()
     sw = np.sqrt(w)
     A = np.empty((x.size, x.size))
-    vals = special.airy(x[iu[0]] + x[iu[1]] + s)[0]  # the kernel is symmetric
+    vals = scipy.special.airy(x[iu[0]] + x[iu[1]] + s)[0]  # the kernel is symmetric
     A[iu] = vals
     A[iu[1], iu[0]] = vals
     K = sw[:, None] * A * sw[None, :]
@@ -1026,7 +1026,7 @@ def tw1_quantile(p: float | np.ndarray) -> float | np.ndarray:
     pa, scalar = _num(p, "p", low=0.0, high=1.0, low_open=True, high_open=True)
 
     def one(pv: float) -> float:
-        return float(optimize.brentq(lambda s: _tw1_cdf_scalar(s) - pv, -10.0, 11.0, xtol=1e-10))
+        return float(scipy.optimize.brentq(lambda s: _tw1_cdf_scalar(s) - pv, -10.0, 11.0, xtol=1e-10))
 
     if pa.size == 0:
         return _out(pa, scalar)

@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from fedlam.flower import config as C  # noqa: E402
-from fedlam.flower import history  # noqa: E402
-from fedlam.flower.deploy import FlowerError, LocalFederation, processes_with_env  # noqa: E402
-from fedlam.flower.local import run  # noqa: E402
+from fedlam.flower import config as C
+from fedlam.flower import history
+from fedlam.flower.deploy import FlowerError, LocalFederation, processes_with_env
+from fedlam.flower.local import run
 
 N, K, M, R, SEED = 64, 3, 80, 0.8, 11
 

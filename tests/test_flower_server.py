@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from fedlam.flower import config as C  # noqa: E402
-from fedlam.flower import coordinator, history, testing  # noqa: E402
+from fedlam.flower import config as C
+from fedlam.flower import coordinator, history, testing
 
 L, N, K, T, M, R = 3, 48, 3, 3, 60, 0.8
 
@@ -86,7 +86,7 @@ def test_partial_participation_bit_identical_to_run_federation(run):
 
 def test_silent_site_is_dropped_after_timeout_and_run_goes_on():
     rc, nodes = _setup(rounds=4, **{"round-timeout": 0.3, "min-clients": 2})
-    h, _, logs = _serve(rc, nodes, {2: {"silent_from_round": 1}})
+    h, _, _ = _serve(rc, nodes, {2: {"silent_from_round": 1}})
     assert [r["answered"] for r in h["rounds"]] == [[0, 1, 2], [0, 1], [0, 1], [0, 1]]
     assert [r["lost"] for r in h["rounds"]] == [[], [2], [2], [2]]
     assert all(not r["skipped"] for r in h["rounds"]) and h["completed"]
@@ -105,7 +105,7 @@ def test_late_joiner_enters_when_it_connects():
     rc, nodes = _setup(rounds=8, **{"min-clients": 2, "wait-timeout": 0.5})
     # node 2 becomes visible from the 9th get_node_ids() call: after the server stopped waiting
     # (at most 0.5 s / 0.2 s + 1 = 4 calls) and round 0 started without it
-    h, fakes, _ = _serve(rc, nodes, {2: {"join_call": 8}})
+    h, _, _ = _serve(rc, nodes, {2: {"join_call": 8}})
     assert h["rounds"][0]["available"] == [0, 1]
     joined = [r["t"] for r in h["rounds"] if 2 in r["answered"]]
     assert joined and joined == list(range(joined[0], 8))
@@ -207,3 +207,62 @@ def test_defense_option_passes_through_bit_identical(defense):
     ref = federation.run_federation(xi, specs, 3, rc["seed"], defense=defense)
     assert history.compare(h, ref)["identical"]
     assert [r["k_hat"] for r in h["rounds"]] == ref.k_hat.tolist()
+
+
+@pytest.mark.parametrize("behaviours, defense", [
+    ({3: ("poison", {"seed": 2}), 4: ("flip", {})}, None),
+    ({3: ("hidden", {"seed": 3, "strength": 0.3}), 4: ("targeted", {"seed": 5, "flip_fraction": 0.1,
+                                                                     "hide": True})}, "support"),
+])
+def test_site_behaviours_in_node_config_bit_identical(behaviours, defense):
+    """A site's behaviour is part of its node config: an adversarial federation on the (fake)
+    deployment gives the same history as run_federation with ClientSpec(behaviour=...)."""
+    import json
+
+    from fedlam import attacks, data, federation
+
+    L5, T3 = 5, 3
+    nodes = [C.node_config_for_site(client_index=c, M=M, r=R, archetype_seed=7, K=K, N=N,
+                                    behaviour=behaviours.get(c, ("honest", {}))[0],
+                                    behaviour_params=behaviours.get(c, ("honest", {}))[1])
+             for c in range(L5)]
+    run = {"server-options": json.dumps({"defense": defense})} if defense else {}
+    rc, _ = _setup(rounds=T3, L=L5, precision="float64", **run)
+    h, _, _ = _serve(rc, nodes)
+    xi = data.random_archetypes(K, N, 7)
+    specs = [federation.ClientSpec(r=R, M=M, mixture=np.full((T3, K), 1 / K),
+                                   behaviour=attacks.make_behaviour(*[behaviours[c][0]], **behaviours[c][1])
+                                   if c in behaviours else None) for c in range(L5)]
+    ref = federation.run_federation(xi, specs, T3, rc["seed"], defense=defense)
+    cmp = history.compare(h, ref)
+    assert cmp["identical"], cmp
+    assert history.compare(h, history.reference_history(rc, nodes))["identical"]
+    # the behaviours acted: an all-honest federation with the same seeds differs
+    honest = [federation.ClientSpec(r=R, M=M, mixture=np.full((T3, K), 1 / K)) for _ in range(L5)]
+    ref_honest = federation.run_federation(xi, honest, T3, rc["seed"], defense=defense)
+    assert not np.array_equal(history.arrays(h)["weights"], np.asarray(ref_honest.weights), equal_nan=True)
+
+
+def test_node_config_behaviour_rejected_clearly():
+    with pytest.raises(ValueError, match="behaviour must be one of"):
+        C.node_config_for_site(client_index=0, M=M, r=R, archetype_seed=7, K=K, N=N, behaviour="evil")
+    with pytest.raises(TypeError, match=r"behaviour-params .* 'hidden'"):
+        C.node_config_for_site(client_index=0, M=M, r=R, archetype_seed=7, K=K, N=N, behaviour="hidden",
+                               behaviour_params={"bogus": 1})
+    with pytest.raises(ValueError, match="flip_fraction"):
+        C.node_config_for_site(client_index=0, M=M, r=R, archetype_seed=7, K=K, N=N, behaviour="targeted",
+                               behaviour_params={"flip_fraction": 0.7})
+
+
+def test_round_without_any_upload_fails_the_run_unless_skipping_is_allowed(tmp_path):
+    """Every asked site failing a round is a failed federation (issue 22 row 1), reported with the
+    sites' reason and recorded in history.json; skip-empty-rounds = true skips the round instead."""
+    rc, nodes = _setup(rounds=3, **{"round-timeout": 0.2, "out-dir": str(tmp_path)})
+    fail = {c: {"fail_on_round": 1} for c in range(L)}
+    with pytest.raises(coordinator.FederationFailed, match=r"round 1 got no upload.*site 0: simulated failure"):
+        _serve(rc, nodes, fail)
+    saved = history.load(tmp_path)
+    assert "round 1 got no upload" in saved["failed"] and len(saved["rounds"]) == 2
+    assert saved["rounds"][1]["errors"] == {str(c): "simulated failure" for c in range(L)}
+    h, _, _ = _serve(dict(rc, **{"skip-empty-rounds": True}), nodes, fail)
+    assert [r["skipped"] for r in h["rounds"]] == [False, True, False] and "failed" not in h

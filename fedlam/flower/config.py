@@ -75,6 +75,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "min-clients": 1,
     "dropout": 0.0,            # simulated drop-outs (as run_federation's participation model)
     "round-timeout": 0.0,      # seconds to wait for answers (0 = wait for every asked node)
+    "skip-empty-rounds": False,  # a round with no upload at all: skipped (true) or the run fails (false)
     "wait-timeout": 120.0,     # seconds to wait for min-clients nodes to connect
     "archetypes": "",          # metrics reference: "" (none), "random", "silhouettes"
     "archetype-seed": 0,       # archetypes="random": random_archetypes(K, N, archetype-seed)
@@ -136,6 +137,7 @@ class RunConfig:
     min_clients: int
     dropout: float
     round_timeout: float | None
+    skip_empty_rounds: bool
     wait_timeout: float
     archetypes: str
     archetype_seed: int
@@ -205,6 +207,7 @@ def parse_run_config(cfg: Mapping[str, Any]) -> RunConfig:
         min_clients=check_positive_int(c["min-clients"], "min-clients"),
         dropout=check_in_range(c["dropout"], "dropout", 0.0, 1.0, high_open=True),
         round_timeout=rt if rt > 0 else None,
+        skip_empty_rounds=b("skip-empty-rounds"),
         wait_timeout=check_in_range(c["wait-timeout"], "wait-timeout", 0.0, None, low_open=True),
         archetypes=check_choice(s("archetypes"), "archetypes", ("", "random", "silhouettes")),
         archetype_seed=check_nonneg_int(c["archetype-seed"], "archetype-seed"),
@@ -252,6 +255,10 @@ class SiteConfig:
         Synthetic source: class mixture per round (:func:`parse_mixture`).
     path : str or None
         File source: the examples file.
+    behaviour : fedlam.attacks.Behaviour or None
+        What the site sends instead of its honest upload (node-config keys ``behaviour``, a name
+        of :data:`fedlam.attacks.BEHAVIOURS`, and ``behaviour-params``, a JSON object of its
+        parameters), as ``ClientSpec(behaviour=...)`` in process; None: honest.
     """
 
     source: str
@@ -266,13 +273,33 @@ class SiteConfig:
     N: int | None = None
     mixture: str = "uniform"
     path: str | None = None
+    behaviour: Any = None
 
 
 _NODE_KEYS = {
     "synthetic": {"source", "client-index", "seed", "M", "r", "kind", "archetypes", "archetype-seed", "K",
-                  "N", "mixture"},
-    "file": {"source", "client-index", "seed", "M", "r", "kind", "path"},
+                  "N", "mixture", "behaviour", "behaviour-params"},
+    "file": {"source", "client-index", "seed", "M", "r", "kind", "path", "behaviour", "behaviour-params"},
 }
+
+
+def _behaviour(cfg: Mapping[str, Any]) -> Any:
+    """The site's :class:`fedlam.attacks.Behaviour` from ``behaviour`` / ``behaviour-params`` (None: honest)."""
+    from fedlam import attacks
+
+    name = cfg.get("behaviour", "honest")
+    if not isinstance(name, str):
+        raise TypeError(f"node config behaviour must be a string, got {_describe(name)}")
+    if name not in attacks.BEHAVIOURS:
+        raise ValueError(f"node config behaviour must be one of {tuple(attacks.BEHAVIOURS)}, got {name!r}")
+    params = _json_dict(cfg.get("behaviour-params", "{}"), "node config behaviour-params")
+    try:
+        b = attacks.make_behaviour(name, **params)
+    except TypeError as exc:
+        raise TypeError(f"node config behaviour-params {params!r} for behaviour {name!r}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"node config behaviour-params {params!r} for behaviour {name!r}: {exc}") from None
+    return None if name == "honest" else b
 
 
 def parse_node_config(cfg: Mapping[str, Any]) -> SiteConfig:
@@ -304,11 +331,12 @@ def parse_node_config(cfg: Mapping[str, Any]) -> SiteConfig:
     r = cfg.get("r")
     if r is not None:
         r = check_in_range(r, "node config r", 0.0, 1.0, low_open=True)
+    behaviour = _behaviour(cfg)
     if source == "file":
         path = cfg.get("path")
         if not isinstance(path, str) or not path:
             raise ValueError(f"node config source='file' needs path=\"/path/to/examples.npz\", got {path!r}")
-        return SiteConfig(source, ci, seed, M, r, kind, path=path)
+        return SiteConfig(source, ci, seed, M, r, kind, path=path, behaviour=behaviour)
     arch = cfg.get("archetypes", "random")
     check_choice(arch, "node config archetypes", ("random", "silhouettes"))
     if arch == "silhouettes":
@@ -331,7 +359,7 @@ def parse_node_config(cfg: Mapping[str, Any]) -> SiteConfig:
     if not isinstance(mixture, str):
         raise TypeError(f"node config mixture must be a string, got {_describe(mixture)}")
     return SiteConfig(source, ci, seed, M, r, kind, archetypes=arch, archetype_seed=aseed, K=K, N=N,
-                      mixture=mixture)
+                      mixture=mixture, behaviour=behaviour)
 
 
 def site_archetypes(site: SiteConfig) -> np.ndarray:
@@ -389,11 +417,24 @@ def parse_mixture(spec: str, T: int, K: int, client_index: int, L: int) -> np.nd
     except (json.JSONDecodeError, ValueError, TypeError):
         raise ValueError(f"mixture must be 'uniform', 'class', 'class:k', 'drift' or a JSON list, "
                          f"got {spec!r}") from None
+    given = arr.shape
     if arr.shape == (K,):
         arr = np.tile(arr, (T, 1))
-    if arr.shape != (T, K) or np.any(arr < 0) or not np.allclose(arr.sum(axis=1), 1.0, atol=1e-9):
-        raise ValueError(f"mixture list must be K = {K} probabilities or (T, K) = ({T}, {K}) rows "
-                         f"summing to 1, got shape {arr.shape}")
+    if arr.shape != (T, K):
+        raise ValueError(f"mixture list must be K = {K} probabilities or (T, K) = ({T}, {K}) rows of them, "
+                         f"got shape {given}")
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        t, k = (int(v) for v in np.argwhere(bad)[0])
+        where = f"entry {k}" if given == (K,) else f"row {t}, entry {k}"
+        raise ValueError(f"mixture probabilities must be finite and >= 0, got {float(arr[t, k])!r} at {where} "
+                         f"of {spec}")
+    sums = arr.sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1.0) > 1e-9)
+    if off.size:
+        t = int(off[0])
+        where = "" if given == (K,) else f" (row {t})"
+        raise ValueError(f"mixture probabilities must sum to 1, got sum {float(sums[t]):.12g}{where} in {spec}")
     return arr
 
 
@@ -467,8 +508,14 @@ def load_examples_file(path: str | os.PathLike, N: int | None = None) -> tuple[n
 def node_config_for_site(*, client_index: int, M: int, r: float | None = None, kind: str = "honest",
                          archetypes: str = "random", archetype_seed: int | None = None, K: int | None = None,
                          N: int | None = None, mixture: str = "uniform", path: str | None = None,
-                         seed: int | None = None) -> dict:
-    """A ``--node-config`` dict for one site (what the launcher passes to each SuperNode)."""
+                         seed: int | None = None, behaviour: str = "honest",
+                         behaviour_params: Mapping[str, Any] | None = None) -> dict:
+    """A ``--node-config`` dict for one site (what the launcher passes to each SuperNode).
+
+    ``behaviour`` and ``behaviour_params`` name a :class:`fedlam.attacks.Behaviour` and its
+    parameters (``node_config_for_site(..., behaviour="hidden", behaviour_params={"seed": 3})``
+    is the site of ``ClientSpec(..., behaviour=attacks.Hidden(seed=3))``).
+    """
     cfg: dict[str, Any] = {"source": "file" if path else "synthetic", "client-index": client_index, "M": M}
     if seed is not None:
         cfg["seed"] = seed
@@ -476,6 +523,12 @@ def node_config_for_site(*, client_index: int, M: int, r: float | None = None, k
         cfg["r"] = float(r)
     if kind != "honest":
         cfg["kind"] = kind
+    if behaviour != "honest" or behaviour_params:
+        cfg["behaviour"] = behaviour
+        if behaviour_params:
+            if not isinstance(behaviour_params, Mapping):
+                raise TypeError(f"behaviour_params must be a dict, got {_describe(behaviour_params)}")
+            cfg["behaviour-params"] = json.dumps(dict(behaviour_params), sort_keys=True)
     if path:
         cfg["path"] = str(path)
     else:

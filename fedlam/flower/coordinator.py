@@ -44,10 +44,11 @@ def _message(content: Any, node_id: int, group: str) -> Any:
 
 
 def _exchange(grid: Any, contents: Mapping[int, Any], timeout: float | None, log: Callable,
-              group: str = "") -> dict:
+              group: str = "", errors: dict[int, str] | None = None) -> dict:
     """Send ``contents[node]`` to each node, collect replies until all arrived or ``timeout``.
 
-    Returns ``{node_id: reply_content}`` for nodes that replied without error; errors are logged.
+    Returns ``{node_id: reply_content}`` for nodes that replied without error; errors are logged
+    and, when ``errors`` is given, stored there (``{node_id: reason}``).
     """
     if not contents:
         return {}
@@ -65,6 +66,8 @@ def _exchange(grid: Any, contents: Mapping[int, Any], timeout: float | None, log
                 continue
             if rep.has_error():
                 log(f"site {node} answered with an error: {rep.error.reason}")
+                if errors is not None:
+                    errors[node] = str(rep.error.reason)
             else:
                 out[node] = rep.content
         if not pending or (t_end is not None and time.monotonic() >= t_end):
@@ -202,7 +205,8 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         sample = part.sample_round(t, sorted(avail), rng_part)
         reqs = {avail[i]: messages.round_request(t, L, N, rc.precision, rc.rank, patterns) for i in sample.asked}
         sent = sum(messages.payload_bytes(c) for c in reqs.values())
-        replies = _exchange(grid, reqs, rc.round_timeout, log, str(t))
+        node_errors: dict[int, str] = {}
+        replies = _exchange(grid, reqs, rc.round_timeout, log, str(t), errors=node_errors)
         received = sum(messages.payload_bytes(c) for c in replies.values())
         uploads: dict[int, tuple] = {}
         for i in sample.answered:  # simulated drop-outs are discarded here, as in run_federation
@@ -213,11 +217,19 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
                 except (ValueError, KeyError, TypeError) as exc:
                     log(f"round {t}: upload of client {i} rejected: {exc}")
         order = sorted(uploads)
+        index_of_node = {n: i for i, n in avail.items()}
         rec: dict[str, Any] = {
             "t": t, "available": sorted(avail), "asked": list(sample.asked), "answered": order,
             "lost": sorted(set(sample.asked) - set(order)),
+            "errors": {str(index_of_node[n]): _short(e) for n, e in sorted(node_errors.items())},
             "bytes_sent": sent, "bytes_received": received,
         }
+        if not order and not rc.skip_empty_rounds:
+            hist["failed"] = _empty_round_message(t, list(sample.asked), rec["errors"])
+            hist["rounds"].append(rec)
+            if out_path is not None:
+                _write_json(out_path, hist)
+            raise FederationFailed(hist["failed"])
         weights = [math.nan] * L
         w_raw = [math.nan] * L
         r_used = [math.nan] * L
@@ -252,6 +264,29 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
     if out_path is not None:
         _write_json(out_path, hist)
     return hist
+
+
+def _short(reason: str, limit: int = 600) -> str:
+    """A site's error reason for the history (the last ``limit`` characters of a traceback)."""
+    reason = reason.strip()
+    return reason if len(reason) <= limit else "..." + reason[-limit:]
+
+
+def _empty_round_message(t: int, asked: list[int], errors: Mapping[str, str]) -> str:
+    """Why round ``t`` got no upload, for the history and the command's error message."""
+    if not asked:
+        why = "no site was available to ask"
+    else:
+        why = f"none of the {len(asked)} site(s) asked ({asked}) sent an upload"
+        if errors:
+            first = next(iter(errors.items()))
+            last_line = first[1].strip().splitlines()[-1] if first[1].strip() else "(no reason)"
+            why += (f"; {len(errors)} answered with an error, e.g. site {first[0]}: {last_line}")
+        else:
+            why += " (no answer within round-timeout, or dropped out)"
+    return (f"round {t} got no upload: {why}. The federation stops here (run config "
+            "skip-empty-rounds = false; on the command line, give --min-clients to allow skipping "
+            "rounds)")
 
 
 def _nan(v: Any) -> float:

@@ -353,9 +353,22 @@ class LocalFederation:
             raise FlowerError(f"`flwr {' '.join(args)}` failed (exit {res.returncode}):\n"
                               f"{(res.stdout + res.stderr)[-3000:]}") from None
 
-    def submit(self, run_config: Mapping[str, Any], components: Mapping[str, str] = APP_COMPONENTS) -> str:
-        """Write the app with ``run_config`` and ``flwr run`` it; returns the run id."""
-        write_app(self.app_dir, run_config, components)
+    def submit(self, run_config: Mapping[str, Any], components: Mapping[str, str] = APP_COMPONENTS,
+               files: Mapping[str, str] | None = None, name: str = "fedlam-federation") -> str:
+        """Write the app with ``run_config`` and ``flwr run`` it; returns the run id.
+
+        ``files`` ({file name: text}) are written beside the ``pyproject.toml`` and travel in the
+        app bundle (e.g. the module of another app's components, as the benchmark's echo app);
+        each submitted app gets its own directory.
+        """
+        self._n_apps = getattr(self, "_n_apps", 0) + 1
+        if self._n_apps > 1 or files:
+            self.app_dir = Path(self.app_dir).parent / f"app-{self._n_apps}"
+        write_app(self.app_dir, run_config, components, name=name)
+        for fname, text in (files or {}).items():
+            if Path(fname).name != fname:
+                raise ValueError(f"files must be plain file names, got {fname!r}")
+            (Path(self.app_dir) / fname).write_text(text)
         ans = self.flwr("run", str(self.app_dir), CONNECTION)
         if not ans.get("success"):
             raise FlowerError(f"flwr run failed: {ans.get('error-message', ans)}")
@@ -384,6 +397,9 @@ class LocalFederation:
     def wait(self, run_id: str, timeout: float, poll: float = 1.0, on_poll: Any = None) -> dict:
         """Poll the run until it is ``finished:*``; raise :class:`FlowerError` if it fails, the
         SuperLink dies, or ``timeout`` seconds pass. ``on_poll(status)`` is called each poll."""
+        from fedlam._validation import check_in_range
+
+        timeout = check_in_range(timeout, "timeout", 0.0, None, low_open=True)  # NaN never times out
         t_end = time.monotonic() + timeout
         link = self.procs[0]
         while True:

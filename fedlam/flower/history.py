@@ -66,7 +66,9 @@ def reference_history(run_config: Mapping[str, Any], node_configs: Sequence[Mapp
     """:func:`fedlam.federation.run_federation` on the same sites, seeds and options.
 
     Every site must be synthetic with the same archetypes, and carry its client index
-    0..L-1 (the in-process loop has no transport; its clients are the sites).
+    0..L-1 (the in-process loop has no transport; its clients are the sites). The sites'
+    behaviours (node config), the server options and the clients' privacy mechanism are passed
+    on (``ClientSpec(behaviour=...)``, ``run_federation(defense=..., privacy=...)``).
     """
     from fedlam import federation
 
@@ -88,10 +90,21 @@ def reference_history(run_config: Mapping[str, Any], node_configs: Sequence[Mapp
     if any(s.seed is not None and s.seed != rc.seed for s in sites):
         raise ValueError("reference_history needs the sites to use the run's seed")
     K = xi.shape[0]
+    from .site import instantiate
+
+    client_options = {k: instantiate(v) for k, v in rc.client_options.items()}
+    unused = sorted(set(client_options) - {"privacy", "behaviour"})
+    if unused:
+        raise ValueError(f"reference_history cannot reproduce client-options {unused} in process")
+    common = client_options.get("behaviour")
     specs = [federation.ClientSpec(r=s.r, M=s.M, kind=s.kind,
-                                   mixture=cfgmod.parse_mixture(s.mixture, rc.rounds, K, c, L))
+                                   mixture=cfgmod.parse_mixture(s.mixture, rc.rounds, K, c, L),
+                                   behaviour=s.behaviour if s.behaviour is not None else common)
              for c, s in enumerate(sites)]  # sites[c] has client index c
-    kw: dict[str, Any] = {}
+    # Server(**server-options) and run_federation share the keywords k_rule, secure, defense, defense_params
+    kw: dict[str, Any] = {k: instantiate(v) for k, v in rc.server_options.items()}
+    if client_options.get("privacy") is not None:
+        kw["privacy"] = client_options["privacy"]
     if not rc.participation().is_full:
         kw["participation"] = rc.participation()
     return federation.run_federation(

@@ -96,6 +96,11 @@ def build_client(site: cfgmod.SiteConfig, rc: cfgmod.RunConfig, L: int, client_i
         spec = federation.ClientSpec(r=site.r, M=site.M, mixture=mixture, kind=site.kind)
         source = spec.make_source(archetypes, rc.rounds)
     r_known = site.r if rc.known_r and site.kind != "noise" else None
+    if site.behaviour is not None and options.get("behaviour") is not None:
+        raise ValueError("a behaviour is given both in this site's node config and in client-options; "
+                         "give it in one place")
+    if site.behaviour is not None:
+        options["behaviour"] = site.behaviour
     client = federation.Client(source, controller, rng, kind=site.kind, r=r_known, N=N, **options)
     return SiteState(client, client_index, N)
 
