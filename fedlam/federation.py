@@ -291,7 +291,7 @@ class Client:
             spec = None
             if B is not None and self.controller.needs_spectrum:
                 spec = (ctl.local_spectrum(self.__examples) if self.__privacy is None
-                        else ctl.local_spectrum(B=B, M=M))
+                        else ctl.local_spectrum(B=B, M=M, noise_sigma=sigma))
             w = float(self.controller.update(broadcast, B, M, spec))
             op = operators._blend(B, broadcast, w) if B is not None else broadcast.copy()
         if self.kind == "flip":

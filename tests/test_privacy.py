@@ -602,3 +602,36 @@ def test_run_federation_with_privacy(eps, ok, secure):
         assert np.all(h.magnetization[-1] >= 0.9) and h.spurious[-1] == 0
     else:
         assert np.all(h.k_hat == 0)
+
+
+# ----------------------------------------------------------------------------------------
+# privacy composes with every weight rule (issue 18, item 1)
+def _composition_world(T):
+    from fedlam import federation
+
+    N, K, L, M, r = 400, 4, 6, 400, 0.75
+    xi = random_archetypes(K, N, 1)
+    mix = np.full((T, K), 1.0 / K)
+    specs = [federation.ClientSpec(r=r, M=M, mixture=mix) for _ in range(L)]
+    thr = P.epsilon_threshold(r, 1 / K, N, M, 1e-5, L=L)
+    return xi, specs, thr
+
+
+@pytest.mark.parametrize("controller", ["novelty", "paper"])
+@pytest.mark.parametrize("eps", [5.0, 100.0, "3x"])
+def test_privacy_composes_with_adaptive_weight_rules(controller, eps):
+    """N = 400, K = 4, L = 6, M = 400, r = 0.75: both adaptive rules used to raise ("all 32 leading
+    eigenvalues are outliers") because the client's bulk fit ignored the noise it had added. The
+    fit now knows the declared noise (MP ⊞ semicircle), the weight is post-processing of the noised
+    operator, and every archetype is kept at m >= 0.95 from 3 x the epsilon threshold (~1.53) up."""
+    from fedlam import federation
+
+    T = 4
+    xi, specs, thr = _composition_world(T)
+    e = 3.0 * thr if eps == "3x" else eps
+    assert e > 2.9 * thr
+    h = federation.run_federation(xi, specs, T, 2, controller=controller,
+                                  privacy=P.GaussianMechanism(epsilon=e, delta=1e-5))
+    assert np.all(h.magnetization[1:] >= 0.95) and np.all(h.spurious == 0)
+    assert np.all(h.k_hat == 4)
+    assert np.all((h.weights >= 0) & (h.weights <= 1))
