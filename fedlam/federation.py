@@ -418,7 +418,18 @@ class Server:
         ops = [u.operator for u in uploads]
         if any(op is None for op in ops):
             raise ValueError("every upload must carry its operator to be aggregated")
+        ops = [self._clip(cast(np.ndarray, op)) for op in ops]
         return operators._aggregate(cast("list[np.ndarray]", ops), weights)  # no None (checked above)
+
+    def _clip(self, op: np.ndarray) -> np.ndarray:
+        """Central client-level DP: the trusted server clips every upload itself (a client that
+        skips clipping gains nothing); honest, already clipped uploads are unchanged."""
+        cp = self.client_privacy
+        if cp is None or cp.variant != "central":
+            return op
+        from .privacy import clip_operator
+
+        return clip_operator(op, cp.clip)[0]
 
     def factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
                   weights: np.ndarray | None = None, component_k: int = 16, extra_sigma: float = 0.0) -> Any:
@@ -532,7 +543,7 @@ class Server:
         """
         if not isinstance(upload, Upload):
             raise TypeError(f"upload must be a fedlam.protocol.Upload, got {_describe(upload)}")
-        op = check_operator(upload.operator, "upload.operator")
+        op = self._clip(check_operator(upload.operator, "upload.operator"))
         if total is None:
             return np.multiply(op, float(weight), dtype=np.float64)
         if op.shape != total.shape:

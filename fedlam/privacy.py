@@ -1045,11 +1045,15 @@ def client_noise_multiplier(epsilon: float, delta: float, rounds: int = 1, *, ac
 
 
 def clip_operator(U: np.ndarray, clip: float) -> tuple[np.ndarray, float]:
-    """``U min(1, clip / ||U||_F)`` and the factor used (Derived in {ref}`sec-privacy-client`)."""
+    """``U min(1, clip / ||U||_F)`` and the factor used (Derived in {ref}`sec-privacy-client`).
+
+    Idempotent: an operator already clipped (norm within rounding, ``1e-12`` relative, of
+    ``clip``) is returned unchanged, so a server that clips again changes nothing.
+    """
     check_operator(U, "U")
     clip = check_in_range(clip, "clip", 0.0, None, low_open=True)
     nrm = float(np.linalg.norm(U))
-    c = 1.0 if nrm <= clip else clip / nrm
+    c = 1.0 if nrm <= clip * (1.0 + 1e-12) else clip / nrm
     return (U * c if c < 1.0 else U.copy()), float(c)
 
 

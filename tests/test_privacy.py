@@ -791,3 +791,28 @@ def test_client_frontier_small_and_deterministic():
     json.dumps(a.to_dict())
     with pytest.raises(ValueError, match="epsilons"):
         X.client_frontier(60, 20, 0.9, (0.0,), 1)
+
+
+def test_central_server_clips_every_upload():
+    """Central variant: the trusted server clips what it receives, so a client that skips clipping
+    (a poisoner's rank-one upload of norm 1) enters the sum with norm <= clip; distributed: the
+    server leaves the noised shares alone."""
+    from fedlam import federation
+    from fedlam.protocol import Upload
+
+    fake = pattern_operator(random_archetypes(1, 100, 3))
+    assert np.linalg.norm(fake) == pytest.approx(1.0)
+    srv = federation.Server(client_privacy=P.ClientLevelMechanism(0.3, 1.0, 1e-6))
+    assert np.linalg.norm(srv.accumulate(None, Upload(fake, 0, float("nan")), 1.0)) == pytest.approx(0.3)
+    assert np.linalg.norm(srv.aggregate([Upload(fake, 0, float("nan"))])) == pytest.approx(0.3)
+    dist = federation.Server(client_privacy=P.ClientLevelMechanism(0.3, 1.0, 1e-6, variant="distributed"))
+    assert np.array_equal(dist.accumulate(None, Upload(fake, 0, float("nan")), 1.0), fake)
+    with pytest.raises(TypeError, match="client_privacy"):
+        federation.Server(client_privacy=P.GaussianMechanism(1.0, 1e-5))
+
+
+def test_clip_is_idempotent():
+    U = pattern_operator(random_archetypes(3, 80, 1))
+    once, c = P.clip_operator(U, 0.7)
+    twice, c2 = P.clip_operator(once, 0.7)
+    assert c < 1 and c2 == 1.0 and np.array_equal(once, twice)
