@@ -649,6 +649,11 @@ class LocalSpectrum:
         leading eigenvalues.
     complete : bool
         Whether ``values`` holds every possibly non-zero eigenvalue.
+    noise_var : float
+        Eigenvalue variance ``v = N (N sigma)^2`` of declared symmetric Gaussian noise of entry
+        std ``sigma`` in ``B`` (a privacy mechanism's, added before anything is computed from
+        the batch), in the units of ``N B``; 0 for a raw batch. :func:`fit_bulk` then fits the
+        bulk ``MP(s2, q) ⊞ SC(v)`` instead of ``MP(s2, q)`` (Derived in {ref}`sec-privacy-weight`).
     """
 
     values: np.ndarray
@@ -657,6 +662,7 @@ class LocalSpectrum:
     M: int
     trace: float
     complete: bool = False
+    noise_var: float = 0.0
 
     @property
     def q(self) -> float:
@@ -678,6 +684,7 @@ def local_spectrum(
     B: np.ndarray | None = None,
     M: int | None = None,
     n_vectors: int = 32,
+    noise_sigma: float = 0.0,
 ) -> LocalSpectrum:
     """Leading spectrum of ``N B`` from the client's examples (preferred) or its operator ``B``.
 
@@ -697,14 +704,24 @@ def local_spectrum(
     n_vectors : int
         Number of leading eigenpairs computed (must exceed the number of outliers; a client
         sees at most a handful of archetypes).
+    noise_sigma : float
+        Entry std of the symmetric Gaussian noise declared in ``B`` (only with ``B``: a
+        privacy mechanism's noise, :class:`fedlam.privacy.GaussianMechanism`); recorded as
+        ``noise_var = N (N noise_sigma)^2`` so that :func:`fit_bulk` fits the noised bulk.
 
     Returns
     -------
     LocalSpectrum
     """
     n_vectors = check_positive_int(n_vectors, "n_vectors")
+    noise_sigma = check_in_range(noise_sigma, "noise_sigma", 0.0, None)
+    if not math.isfinite(noise_sigma):
+        raise ValueError(f"noise_sigma must be finite, got {noise_sigma!r}")
     if (examples is None) == (B is None):
         raise ValueError("give exactly one of examples or B")
+    if examples is not None and noise_sigma > 0:
+        raise ValueError(f"noise_sigma applies to a noised operator B, not to raw examples; got "
+                         f"noise_sigma={noise_sigma!r} with examples")
     if examples is not None:
         check_pm1(examples, "examples", ndim=2)
         Mv, N = examples.shape
@@ -730,6 +747,11 @@ def local_spectrum(
         Mv = check_positive_int(M, "M")
         N = B.shape[0]
         NB = N * B.astype(np.float64)
+    if noise_sigma > 0:
+        # the noise makes N B full rank: every eigenvalue may be non-zero
+        vals, V = _top_eigh(NB, n_vectors)
+        return LocalSpectrum(vals, V, N, Mv, float(np.trace(NB)), vals.size == N,
+                             float(N * (N * noise_sigma) ** 2))
     vals, V = _top_eigh(NB, min(n_vectors, Mv))
     return LocalSpectrum(vals, V, N, Mv, float(np.trace(NB)), vals.size == min(N, Mv))
 
@@ -777,6 +799,12 @@ def fit_bulk(spec: LocalSpectrum, tw_quantile: float = _TW1_Q999, sigma2: float 
     ``kappa_i`` from inverting ``lambda = s2 (1 + kappa)(1 + q/kappa)``.
     Derived in {ref}`sec-controller-rule`.
 
+    A spectrum of a noised batch (``spec.noise_var > 0``, a privacy mechanism's declared
+    Gaussian noise) is fitted against ``MP(s2, q) ⊞ SC(v)`` instead: free edge plus a
+    Tracy–Widom margin, outliers at ``l_W + v g``, overlaps lowered by ``1 - v / s_c^2``
+    (Derived in {ref}`sec-privacy-weight`), so that every rule built on the fit is a function
+    of the noised operator and public quantities only.
+
     Parameters
     ----------
     spec : LocalSpectrum
@@ -796,6 +824,8 @@ def fit_bulk(spec: LocalSpectrum, tw_quantile: float = _TW1_Q999, sigma2: float 
     N, M, q = spec.N, spec.M, spec.q
     if M < 2:
         raise ValueError(f"spec.M must be >= 2 for a bulk fit, got {M}")
+    if spec.noise_var > 0:
+        return _fit_noised_bulk(spec, tw_quantile, sigma2, max_iter)
     mu, sd = rmt.johnstone_center_scale(N, M)
     lam = spec.values
     known = sigma2 is not None
@@ -822,6 +852,106 @@ def fit_bulk(spec: LocalSpectrum, tw_quantile: float = _TW1_Q999, sigma2: float 
             "recompute it with a larger n_vectors"
         )
     kappa, gamma = _kappa_gamma(lam[:k], s2, q)
+    return BulkFit(float(s2), k, float(edge), kappa, gamma)
+
+
+def _noisy_kappa_c(s2: float, q: float, v: float) -> float:
+    """Spike strength at the noisy BBP transition, ``s2^2 (kappa + q)^2 (1 - q/kappa^2) = v``.
+
+    The left side increases from 0 at ``kappa = sqrt(q)`` (the noiseless threshold), so the
+    root is unique; ``v = 0`` gives ``sqrt(q)``.
+    """
+    k0 = math.sqrt(q)
+    if v <= 0:
+        return k0
+    f = lambda k: s2 * s2 * (k + q) ** 2 * (1.0 - q / (k * k)) - v  # noqa: E731
+    hi = max(2.0 * k0, math.sqrt(v) / s2 + q)
+    while f(hi) <= 0:
+        hi *= 2.0
+    return float(scipy.optimize.brentq(f, k0, hi, xtol=1e-14 * hi, rtol=1e-14, maxiter=200))
+
+
+def _noisy_location(kappa: float, s2: float, q: float, v: float) -> float:
+    """Outlier of ``MP(s2, q) ⊞ SC(v)`` for a spike ``kappa``: ``l_W + v g``, ``g = 1/(s2 (kappa + q))``."""
+    return s2 * (1.0 + kappa) * (1.0 + q / kappa) + v / (s2 * (kappa + q))
+
+
+def _noisy_kappa_gamma(lam: np.ndarray, s2: float, q: float, v: float) -> tuple[np.ndarray, np.ndarray]:
+    """Spike strengths and squared overlaps of noised outliers (inversion of :func:`_noisy_location`).
+
+    The location increases in ``kappa`` above the noisy transition ``kappa_c``
+    (:func:`_noisy_kappa_c`, where its derivative vanishes), so each ``lam`` above the edge
+    ``_noisy_location(kappa_c)`` has one preimage there; below it ``kappa_c`` is returned (the
+    largest strength consistent with the observation, as ``below="threshold"`` does without
+    noise). Overlap: the noiseless one times ``1 - v / s_c^2(kappa)``,
+    ``s_c^2(kappa) = s2^2 (kappa + q)^2 (1 - q/kappa^2)`` (:func:`fedlam.privacy.noisy_outlier`).
+    """
+    if lam.size == 0:
+        return np.empty(0), np.empty(0)
+    kc = _noisy_kappa_c(s2, q, v)
+    edge = _noisy_location(kc, s2, q, v)
+    kappa = np.empty(lam.size)
+    for i, x in enumerate(lam):
+        if not x > edge:
+            kappa[i] = kc
+            continue
+        hi = max(2.0 * kc, float(x) / s2)
+        while _noisy_location(hi, s2, q, v) <= x:
+            hi *= 2.0
+        kappa[i] = scipy.optimize.brentq(lambda k, x=float(x): _noisy_location(k, s2, q, v) - x, kc, hi,
+                                         xtol=1e-13 * hi, rtol=1e-13, maxiter=200)
+    sc2 = s2 * s2 * (kappa + q) ** 2 * (1.0 - q / kappa**2)
+    shrink = np.clip(1.0 - v / np.maximum(sc2, 1e-300), 0.0, 1.0)
+    return kappa, np.asarray(rmt.eigvec_overlap(kappa, q), dtype=np.float64) * shrink
+
+
+def _noised_edge(s2: float, q: float, v: float, N: int, tw_quantile: float) -> float:
+    """Detection edge of ``MP(s2, q) ⊞ SC(v)``: its free edge plus ``tw_quantile`` Tracy-Widom scales."""
+    from . import khat
+
+    x, _, x2 = khat._free_edge(np.array([s2]), np.array([q]), v)
+    return float(x + tw_quantile * khat._tw_scale_from_curvature(x2, N))
+
+
+def _fit_noised_bulk(spec: LocalSpectrum, tw_quantile: float, sigma2: float | None, max_iter: int) -> BulkFit:
+    """:func:`fit_bulk` for a batch operator that carries declared Gaussian noise (``spec.noise_var``).
+
+    The spectrum of ``N (B + Z)`` is the spiked ``MP(s2, q)`` law freely convolved with the
+    semicircle ``SC(v)`` of the noise. Detection edge: the free edge of ``MP(s2, q) ⊞ SC(v)``
+    plus ``tw_quantile`` Tracy-Widom scales of its curvature. Bulk variance: the noise has zero
+    diagonal, so ``tr N (B + Z) = N`` still, and the outliers sit at ``l_W,i + v g_i`` with
+    ``g_i = 1/(s2 (kappa_i + q))`` (subordination); the trace identity becomes
+    ``s2 = (tr - sum_i lambda_i + v sum_i g_i) / (N - k - q (k + sum_i 1/kappa_i))``, iterated
+    with ``k`` and the ``kappa_i`` of :func:`_noisy_kappa_gamma`. Derived in
+    {ref}`sec-privacy-weight`.
+    """
+    N, q, v = spec.N, spec.q, float(spec.noise_var)
+    lam = spec.values
+    known = sigma2 is not None
+    s2 = check_in_range(sigma2, "sigma2", 0.0, None, low_open=True) if known else spec.trace / N
+    k = -1
+    for _ in range(max_iter):
+        if known:
+            break
+        edge = _noised_edge(s2, q, v, N, tw_quantile)
+        k_new = min(int(np.sum(lam > edge)), N - 1, lam.size)
+        kappa, _ = _noisy_kappa_gamma(lam[:k_new], s2, q, v)
+        denom = N - k_new - q * (k_new + float(np.sum(1.0 / kappa)))
+        shift = v * float(np.sum(1.0 / (s2 * (kappa + q))))
+        s2_new = (spec.trace - float(lam[:k_new].sum()) + shift) / denom if denom > 0 else s2
+        s2_new = max(s2_new, 1e-12)
+        converged = k_new == k and abs(s2_new - s2) <= 1e-12 * max(s2, 1.0)
+        k, s2 = k_new, s2_new
+        if converged:
+            break
+    edge = _noised_edge(s2, q, v, N, tw_quantile)
+    k = min(int(np.sum(lam > edge)), N - 1, lam.size)
+    if k == lam.size and not spec.complete:
+        raise ValueError(
+            f"spec holds only {lam.size} leading eigenvalues and all are outliers; "
+            "recompute it with a larger n_vectors"
+        )
+    kappa, gamma = _noisy_kappa_gamma(lam[:k], s2, q, v)
     return BulkFit(float(s2), k, float(edge), kappa, gamma)
 
 

@@ -183,10 +183,12 @@ class Client:
         ``1 - r^2``); None: estimated from its own operator
         (:func:`fedlam.khat.client_noise_var`).
     privacy : PrivacyMechanism or None
-        Noise added to the client's fresh operator ``B`` before anything else is computed
-        from it (weight, blend, reported scalars), so that the whole upload is covered by the
+        Example-level mechanism: noise added to the client's fresh operator ``B`` before anything
+        else is computed from it (weight, blend, reported scalars), so that the whole upload is covered by the
         mechanism's guarantee; the reported bulk variance is then ``1 - r^2`` for a declared
-        ``r`` and None otherwise (never estimated from the raw examples).
+        ``r`` and None otherwise (never estimated from the raw examples). A client-level
+        mechanism (``level = "client"``, :class:`fedlam.privacy.ClientLevelMechanism`) instead
+        clips the whole upload and adds its noise share (:meth:`~fedlam.privacy.ClientLevelMechanism.client_release`).
     N : int or None
         Dimension (needed only for a poisoner, which has no source).
     """
@@ -277,7 +279,10 @@ class Client:
         M = self.batch_size
         B = operators.hebbian(self.__examples) if M > 0 else None
         sigma = 0.0
-        if self.__privacy is not None and B is not None:
+        client_level = getattr(self.__privacy, "level", None) == "client"
+        if client_level:  # client-level DP (privacy.ClientLevelMechanism): acts on the whole upload
+            s2 = None if self.__r is None else 1.0 - self.__r ** 2
+        elif self.__privacy is not None and B is not None:
             # noise first: the weight, the blend and every scalar sent are then functions of
             # the noised operator and public quantities only (post-processing), so the
             # (epsilon, delta) guarantee covers the whole upload (chapter 11)
@@ -291,13 +296,17 @@ class Client:
             spec = None
             if B is not None and self.controller.needs_spectrum:
                 spec = (ctl.local_spectrum(self.__examples) if self.__privacy is None
-                        else ctl.local_spectrum(B=B, M=M))
+                        else ctl.local_spectrum(B=B, M=M, noise_sigma=sigma))
             w = float(self.controller.update(broadcast, B, M, spec))
             op = operators._blend(B, broadcast, w) if B is not None else broadcast.copy()
         if self.kind == "flip":
             op = -op
         # the noise in the upload is w times the noise added to B
         up = Upload(op, M, w, s2, float(w * sigma))
+        if client_level:
+            mech = cast(Any, self.__privacy)  # a fedlam.privacy.ClientLevelMechanism
+            op, share = mech.client_release(op, self.__rng)  # clip (+ its noise share)
+            up = Upload(op, M, w, s2, float(share))
         if self.behaviour is not None:
             up = self.behaviour.apply(attacks.HonestView(up, B, broadcast, self.__t))
         return up
@@ -358,7 +367,7 @@ class Server:
 
     def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None, *,
                  k_rule: str = "scalars", secure: bool = False, defense: str | None = None,
-                 defense_params: dict | None = None) -> None:
+                 defense_params: dict | None = None, client_privacy: Any = None) -> None:
         if isinstance(aggregation, str):
             check_choice(aggregation, "aggregation", ("equal", "batch"))
         elif not isinstance(aggregation, np.ndarray):
@@ -380,6 +389,16 @@ class Server:
         self.defense, self.defense_params = robust.check_defense(defense, defense_params)
         if secure and self.defense is not None:
             raise ValueError(f"defense={defense!r} needs every client's upload; it cannot run under secure aggregation")
+        if client_privacy is not None and getattr(client_privacy, "level", None) != "client":
+            raise TypeError("client_privacy must be a fedlam.privacy.ClientLevelMechanism, "
+                            f"got {_describe(client_privacy)}")
+        if client_privacy is not None and (self.defense is not None or not (isinstance(aggregation, str)
+                                                                          and aggregation == "equal")):
+            raise ValueError("client-level DP is calibrated to the equal mean of clipped uploads; it needs "
+                             f"aggregation='equal' and no defense, got aggregation={_describe(aggregation)}, "
+                             f"defense={defense!r}")
+        #: client-level DP (fedlam.privacy.ClientLevelMechanism): noise on the mean, reports counted
+        self.client_privacy = client_privacy
 
     def __repr__(self) -> str:
         agg = self.aggregation if isinstance(self.aggregation, str) else "fixed"
@@ -399,10 +418,21 @@ class Server:
         ops = [u.operator for u in uploads]
         if any(op is None for op in ops):
             raise ValueError("every upload must carry its operator to be aggregated")
+        ops = [self._clip(cast(np.ndarray, op)) for op in ops]
         return operators._aggregate(cast("list[np.ndarray]", ops), weights)  # no None (checked above)
 
+    def _clip(self, op: np.ndarray) -> np.ndarray:
+        """Central client-level DP: the trusted server clips every upload itself (a client that
+        skips clipping gains nothing); honest, already clipped uploads are unchanged."""
+        cp = self.client_privacy
+        if cp is None or cp.variant != "central":
+            return op
+        from .privacy import clip_operator
+
+        return clip_operator(op, cp.clip)[0]
+
     def factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
-                  weights: np.ndarray | None = None, component_k: int = 16) -> Any:
+                  weights: np.ndarray | None = None, component_k: int = 16, extra_sigma: float = 0.0) -> Any:
         """Run :func:`fedlam.lam.factorize` on the aggregate with the server's K-hat rule.
 
         Parameters
@@ -417,6 +447,9 @@ class Server:
         component_k : int
             Leading eigenvalues per upload for ``k_rule="fit"``; take ``>= 2 K_b + 8`` with
             ``K_b`` the rank of the last broadcast (it is blended into every honest upload).
+        extra_sigma : float
+            Off-diagonal entry std of Gaussian noise the server added to ``J`` itself (central
+            client-level DP), independent of the uploads' own noise.
         """
         params = dict(self.lam_params)
         L = len(uploads)
@@ -428,13 +461,14 @@ class Server:
             comps: Sequence[khat.Component | khat.BulkComponent] = [
                 khat._fit_operator(cast(np.ndarray, u.operator), component_k) for u in uploads]
             om = weights if weights is not None else np.full(L, 1.0 / L)
-            sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads, strict=True)))
+            sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads, strict=True))
+                            + extra_sigma ** 2)
             return lam.factorize(J, rng=rng, components=comps, component_weights=om, noise_sigma=sig, **params)
         comps, noise_var = khat.components_from_uploads(uploads, weights, N=J.shape[0])
         if not comps:  # no upload has a bulk (e.g. every client at w = 0): a bulk-free component
             comps = [khat.Component(0.0, 1.0)]
-        return lam.factorize(J, rng=rng, components=comps, noise_sigma=math.sqrt(noise_var / J.shape[0]),
-                             **params)
+        return lam.factorize(J, rng=rng, components=comps,
+                             noise_sigma=math.sqrt(noise_var / J.shape[0] + extra_sigma ** 2), **params)
 
     def round(self, uploads: Sequence[Upload], rng: np.random.Generator,
               broadcast_rank: int = 0, aggregate: np.ndarray | None = None,
@@ -492,7 +526,11 @@ class Server:
                 raise ValueError(f"a pre-summed aggregate needs k_rule='scalars', got {self.k_rule!r}")
             J = check_operator(aggregate, "aggregate")
         seen = [u.without_operator() if (self.secure or u.operator is None) else u for u in uploads]
-        result = self.factorize(J, rng, seen, weights, component_k=max(16, 2 * broadcast_rank + 8))
+        extra = 0.0
+        if self.client_privacy is not None:  # central variant: noise on the mean (distributed: none)
+            J, extra = self.client_privacy.server_release(J, len(uploads), rng)
+        result = self.factorize(J, rng, seen, weights, component_k=max(16, 2 * broadcast_rank + 8),
+                                extra_sigma=extra)
         patterns = np.asarray(result.patterns, dtype=np.int8)
         return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
 
@@ -505,7 +543,7 @@ class Server:
         """
         if not isinstance(upload, Upload):
             raise TypeError(f"upload must be a fedlam.protocol.Upload, got {_describe(upload)}")
-        op = check_operator(upload.operator, "upload.operator")
+        op = self._clip(check_operator(upload.operator, "upload.operator"))
         if total is None:
             return np.multiply(op, float(weight), dtype=np.float64)
         if op.shape != total.shape:
@@ -754,8 +792,12 @@ def run_federation(
     secure : bool
         Secure aggregation: the server sees only the sum of the uploads and their scalars.
     privacy : PrivacyMechanism or None
-        Applied by every client to every upload (e.g. the Gaussian mechanism of
-        :mod:`fedlam.privacy`); the server's K-hat edge accounts for the reported noise.
+        Example-level (:class:`fedlam.privacy.GaussianMechanism`): applied by every client to its
+        fresh operator before the weight is computed; the server's K-hat edge accounts for the
+        reported noise. Client-level (:class:`fedlam.privacy.ClientLevelMechanism`): every client
+        clips its whole upload (and adds its noise share, distributed variant), the server adds
+        the central noise to the equal mean; needs a constant weight, equal aggregation, no
+        defence and at least ``min_clients`` reports per round (refused otherwise).
     participation : fedlam.participation.Participation or None
         Partial participation and failures (the model of the Flower deployment, chapter 13):
         each round the server asks a sample of the available clients; those asked draw their
@@ -801,6 +843,11 @@ def run_federation(
                          f"got {sorted(controller_params)}")
     if privacy is not None and not callable(getattr(privacy, "apply", None)):
         raise TypeError(f"privacy must have an apply(operator, batch_size, rng) method, got {_describe(privacy)}")
+    client_dp = privacy if getattr(privacy, "level", None) == "client" else None
+    if client_dp is not None and not isinstance(controller, numbers.Real):
+        raise ValueError(f"client-level DP covers the operators, but an adaptive weight rule ({controller!r}) sends "
+                         "a data-dependent weight in clear with every upload; use a constant weight "
+                         "(e.g. controller=1.0) with privacy.ClientLevelMechanism")
     from . import participation as _part
 
     if participation is not None and not isinstance(participation, _part.Participation):
@@ -814,8 +861,11 @@ def run_federation(
     rng_part = gen.spawn(1)[0]
     cp = dict(controller_params or {})
     robust.check_defense(defense, defense_params, L)   # s <= L etc., before any work
+    if client_dp is not None and (part.min_clients if participation is not None else L) < client_dp.min_clients:
+        raise ValueError(f"client-level DP needs min_clients = {client_dp.min_clients} reports per round; "
+                         f"the federation can proceed with {part.min_clients if participation is not None else L}")
     server = Server(aggregation, lam_params, k_rule=k_rule, secure=secure, defense=defense,
-                    defense_params=defense_params)
+                    defense_params=defense_params, client_privacy=client_dp)
     if isinstance(aggregation, np.ndarray):
         check_prob_vector(aggregation, "aggregation", size=L)
     clients = [
@@ -850,7 +900,7 @@ def run_federation(
             sub = aggregation[ids].astype(np.float64)
             om = sub / sub.sum() if sub.sum() > 0 else None
             server_t = Server(om if om is not None else "equal", lam_params, k_rule=k_rule, secure=secure,
-                              defense=defense, defense_params=defense_params)
+                              defense=defense, defense_params=defense_params, client_privacy=client_dp)
         else:
             server_t = server
         om = server_t.weights(len(ids), sizes)

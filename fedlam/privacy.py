@@ -73,6 +73,13 @@ __all__ = [
     "ACCOUNTANTS",
     "factorize_noised",
     "GaussianMechanism",
+    "CLIENT_VARIANTS",
+    "upload_norm",
+    "client_noise_multiplier",
+    "clip_operator",
+    "add_client_noise",
+    "ClientLevelMechanism",
+    "client_level_threshold",
 ]
 
 ACCOUNTANTS = ("analytic", "pld", "rdp")
@@ -119,8 +126,10 @@ class AttackResult:
         member of the range, up to rounding).
     multiplicities : numpy.ndarray
         (M',) float ``N M / (x^T J^+ x)``: for an exact operator and a true example, the number
-        of times it occurs in the batch (1.0 up to rounding); a +-1 vector of the span that is
-        not an example gives a non-integer.
+        of times it occurs in the batch (1.0 up to rounding). Necessary, not sufficient: most
+        +-1 vectors of the span that are not examples give a non-integer, but some give an
+        integer (``(x_1 + x_2 + x_3 + x_4)/2`` for four examples split 3:1 at every site has 1,
+        see {ref}`sec-privacy-leak`).
     tol : float
         Range tolerance used (see :func:`attack`).
     rank : int
@@ -205,9 +214,10 @@ def attack(
        (``1 - ||U^T x||^2 / N <= tol``);
     4. certificate (exact operators): ``J = sum_m w_m x_m x_m^T`` over the distinct examples with
        ``w_m = (copies of x_m) / (N M)``, so ``N M / (x^T J^+ x)`` is a positive integer for an
-       example and a fraction for any other +-1 vector of the span (e.g. 1/3 for
+       example and usually a fraction for another +-1 vector of the span (e.g. 1/3 for
        ``x_a - x_b + x_c``, which is +-1 when three examples nearly coincide); non-integers are
-       dropped;
+       dropped. The test is necessary, not sufficient (a combination with ``sum_j c_j^2 = 1``,
+       e.g. ``(x_1 + ... + x_4)/2`` for four examples split 3:1 at every site, passes it);
     5. deflation: each kept ``x`` is removed from the operator *exactly*, ``J <- J - t x x^T``
        with ``t = 1 / (x^T J^+ x)``, the largest ``t`` keeping ``J`` positive semi-definite; for
        ``J = sum_m w_m x_m x_m^T`` with independent ``x_m`` this is ``t = w_m`` (``1/(N M)`` per
@@ -654,14 +664,18 @@ class GaussianMechanism:
     :func:`noise_scale` ``(batch_size, epsilon, delta, rounds, N=N)`` on the off-diagonal
     entries. Derived in {ref}`sec-privacy-dp`.
 
-    On a raw Hebbian operator (diagonal ``1/N``) this is :func:`gaussian_mechanism`: the upload is
-    ``(epsilon, delta)``-DP per example. On a *blended* upload ``w B + (1 - w) A`` (what
-    ``fedlam.federation.Client`` passes today) the operator part ``w B`` has sensitivity
-    ``w / M <= 1/M``, so the same noise covers it *given* ``w``; but ``w`` itself is computed from
-    the raw batch and can be read off the diagonal (:func:`unblend`), so it is outside the
-    guarantee. The full guarantee needs the client to noise ``B`` first and to compute ``w`` (and
-    any bulk-variance estimate it reports) from the noised operator and public broadcasts only
-    (post-processing) -- see {ref}`sec-privacy-secagg`.
+    On a raw Hebbian operator (diagonal ``1/N``) this is :func:`gaussian_mechanism`: the release is
+    ``(epsilon, delta)``-DP per example (the protected unit is one example of the batch; for one
+    client's whole data see :class:`ClientLevelMechanism`). ``fedlam.federation.Client`` applies
+    it to its fresh operator ``B`` *before* anything else: the weight ``w`` (any controller: the
+    paper's entropy rule, the spectral-novelty rule, a constant), the blend
+    ``w (B + Z) + (1 - w) A`` and the scalars it reports are computed from the noised operator,
+    the declared noise and the public broadcast only. The controllers' bulk fit knows the
+    declared noise (``fedlam.controller.local_spectrum(..., noise_sigma=)``: the bulk
+    ``MP ⊞ semicircle``, {ref}`sec-privacy-weight`), so ``w`` is post-processing of the noised
+    operator and the guarantee covers the whole upload, diagonal (which reveals ``w``,
+    :func:`unblend`) included. A reported bulk variance is the declared ``1 - r^2`` or none
+    (the server then uses the bound 1), never an estimate from the raw examples.
 
     An empty batch (``batch_size = 0``: the upload is the public broadcast) is passed through
     with ``sigma = 0``.
@@ -998,3 +1012,247 @@ def factorize_noised(
     overrides = {**overrides, "k_method": "free"}
     return lam.factorize(J, as_rng(rng), params=params, components=list(components),
                          noise_sigma=noise_sigma, **overrides)
+
+
+# ----------------------------------------------------------------------------------------
+# client-level differential privacy: one client's whole data is the protected unit
+CLIENT_VARIANTS = ("central", "distributed")
+
+
+def upload_norm(r: float, pi: float, N: int, M: int) -> float:
+    r"""Expected Frobenius norm of an honest client's Hebbian operator ``B = eta^T eta / (N M)``.
+
+    Derived in {ref}`sec-privacy-client`. ``diag B = 1/N`` contributes ``1/N``; an off-diagonal
+    entry is ``(1/(N M)) sum_a eta_i^a eta_j^a``, whose square has mean
+    ``(M + M (M - 1) E[eta_i eta_j]^2) / (N M)^2``; summed over ``i != j`` with ``K = 1/pi``
+    equally likely random archetypes (``sum_{i != j} (xi_i^mu xi_j^mu xi_i^nu xi_j^nu) ~ N^2 delta_{mu nu}``)
+    this gives ``||B||_F^2 ~ 1/N + 1/M + r^4 pi`` (to O(1/N) relative). The default clip of
+    :func:`client_level_threshold`.
+    """
+    r, pi, N, _ = _check_model(r, pi, N, 1.0)
+    M = check_positive_int(M, "M")
+    return float(math.sqrt(1.0 / N + 1.0 / M + r**4 * pi))
+
+
+def client_noise_multiplier(epsilon: float, delta: float, rounds: int = 1, *, accountant: str = "analytic") -> float:
+    r"""Noise multiplier ``z = s / Delta`` of the client-level mechanism (per round).
+
+    Derived in {ref}`sec-privacy-client`. The same accountant as the example-level mechanism
+    (:func:`noise_scale` with sensitivity 1): ``rounds`` Gaussian releases of sensitivity
+    ``Delta`` and std ``s = z Delta`` compose exactly into one with ``mu = sqrt(rounds) / z``.
+    """
+    return noise_scale(1, epsilon, delta, rounds, accountant=accountant)
+
+
+def clip_operator(U: np.ndarray, clip: float) -> tuple[np.ndarray, float]:
+    """``U min(1, clip / ||U||_F)`` and the factor used (Derived in {ref}`sec-privacy-client`).
+
+    Idempotent: an operator already clipped (norm within rounding, ``1e-12`` relative, of
+    ``clip``) is returned unchanged, so a server that clips again changes nothing.
+    """
+    check_operator(U, "U")
+    clip = check_in_range(clip, "clip", 0.0, None, low_open=True)
+    nrm = float(np.linalg.norm(U))
+    c = 1.0 if nrm <= clip * (1.0 + 1e-12) else clip / nrm
+    return (U * c if c < 1.0 else U.copy()), float(c)
+
+
+def add_client_noise(J: np.ndarray, s: float, rng: np.random.Generator | int) -> np.ndarray:
+    r"""``J + Z``, ``Z`` symmetric with ``Z_ii ~ N(0, s^2)`` and ``Z_ij = Z_ji ~ N(0, s^2 / 2)``.
+
+    Isotropic noise of std ``s`` on the vector ``(U_ii, sqrt(2) U_ij for i < j)``, whose Euclidean
+    norm is ``||U||_F``: the Gaussian mechanism for a query bounded in Frobenius norm. The
+    off-diagonal entry std is ``s / sqrt(2)`` (a GOE matrix: eigenvalue variance ``N s^2 / 2``).
+    Derived in {ref}`sec-privacy-client`.
+    """
+    check_operator(J, "J")
+    s = _check_sigma(s, "s")
+    gen = as_rng(rng)
+    N = J.shape[0]
+    G = gen.standard_normal((N, N))
+    Z = np.triu(G, 1) * (s / math.sqrt(2.0))
+    Z += Z.T
+    Z[np.diag_indices(N)] = s * np.diagonal(G)
+    return J + Z
+
+
+@dataclass(frozen=True)
+class ClientLevelMechanism:
+    r"""Client-level differential privacy for :func:`fedlam.federation.run_federation` (``privacy=``).
+
+    Derived in {ref}`sec-privacy-client`. The protected unit is one client's whole data:
+    neighbouring federations differ in the data of one client (*replace-one client*: the set of
+    clients and the number that report are public). Each round:
+
+    1. every client clips its upload ``U_c`` to Frobenius norm ``clip``
+       (``U_c min(1, clip / ||U_c||_F)``); replacing one client's data moves the sum of the
+       clipped uploads by at most ``Delta = 2 clip``;
+    2. Gaussian noise of std ``s = z Delta`` on the vector ``(U_ii, sqrt(2) U_ij)``
+       (:func:`add_client_noise`), ``z`` from the same accountant as the example-level mechanism
+       over ``rounds`` releases (:func:`client_noise_multiplier`: a client that reports in
+       ``rounds`` rounds, whether or not its batches are fresh);
+
+       * ``variant="central"``: the server adds it to the sum (a trusted aggregator; the mean
+         of ``n`` reports then carries ``s / n``);
+       * ``variant="distributed"``: each client adds a share of std ``s / sqrt(min_clients)`` to
+         its clipped upload, so any ``n >= min_clients`` reports carry at least ``s`` (dropouts
+         and partial participation never leave less than the target noise); the server refuses
+         a round with fewer reports. Against the server this needs secure aggregation
+         (otherwise it sees each upload with only its share); against any other observer of the
+         mean it holds as is.
+
+    The guarantee covers the operators. The scalars an upload carries (batch size, blend weight)
+    are sent in clear: they are covered only when they are public, i.e. a fixed batch size and a
+    constant weight, so :func:`fedlam.federation.run_federation` refuses an adaptive weight rule
+    with this mechanism; the reported bulk variance is the declared one or none. Clipping also
+    caps what one client can do to the mean (a rank-one poisoner's norm 1 is cut to ``clip``).
+
+    Attributes
+    ----------
+    clip : float
+        Frobenius bound > 0 (e.g. :func:`upload_norm` of an honest batch).
+    epsilon, delta : float
+        Client-level budget over ``rounds`` releases.
+    rounds : int
+        Rounds in which a client reports.
+    min_clients : int
+        Smallest number of reports a round may have (the distributed shares are calibrated to it).
+    variant : {"central", "distributed"}
+    accountant : {"analytic", "pld", "rdp"}
+    """
+
+    clip: float
+    epsilon: float
+    delta: float
+    rounds: int = 1
+    min_clients: int = 1
+    variant: str = "central"
+    accountant: str = "analytic"
+    #: marks the mechanism as client-level for fedlam.federation (clip the whole upload)
+    level = "client"
+
+    def __post_init__(self) -> None:
+        check_in_range(self.clip, "clip", 0.0, None, low_open=True)
+        if not math.isfinite(float(self.clip)):
+            raise ValueError(f"clip must be finite, got {self.clip!r}")
+        _check_epsilon(self.epsilon)
+        _check_delta(self.delta)
+        check_positive_int(self.rounds, "rounds")
+        check_positive_int(self.min_clients, "min_clients")
+        check_choice(self.variant, "variant", CLIENT_VARIANTS)
+        check_choice(self.accountant, "accountant", ACCOUNTANTS)
+
+    @property
+    def sensitivity(self) -> float:
+        """``2 clip``: the largest change of the sum of clipped uploads when one client's data change."""
+        return 2.0 * float(self.clip)
+
+    @property
+    def noise_std(self) -> float:
+        """``s``: std of the noise on the sum (per coordinate of ``(U_ii, sqrt(2) U_ij)``)."""
+        return client_noise_multiplier(self.epsilon, self.delta, self.rounds, accountant=self.accountant) \
+            * self.sensitivity
+
+    def share_std(self) -> float:
+        """Std of one client's share (distributed) or 0 (central)."""
+        return self.noise_std / math.sqrt(self.min_clients) if self.variant == "distributed" else 0.0
+
+    def check_reports(self, n: int) -> int:
+        """Refuse a round with fewer than ``min_clients`` reports (the noise would fall short)."""
+        n = check_positive_int(n, "n")
+        if n < self.min_clients:
+            raise ValueError(f"client-level DP needs at least min_clients = {self.min_clients} reports "
+                             f"per round, got {n}")
+        return n
+
+    def client_release(self, upload: np.ndarray, rng: np.random.Generator | int) -> tuple[np.ndarray, float]:
+        """A client's release: its clipped upload (plus its share, distributed variant) and the
+        off-diagonal entry std of the noise in it."""
+        U, _ = clip_operator(upload, self.clip)
+        sh = self.share_std()
+        if sh == 0.0:
+            return U, 0.0
+        return add_client_noise(U, sh, rng), sh / math.sqrt(2.0)
+
+    def server_release(self, mean: np.ndarray, n: int, rng: np.random.Generator | int) -> tuple[np.ndarray, float]:
+        """The server's step on the equal mean of ``n`` releases: central noise ``s / n`` added
+        (distributed: nothing); returns the mean and the off-diagonal entry std it added."""
+        n = self.check_reports(n)
+        if self.variant == "distributed":
+            return mean, 0.0
+        s = self.noise_std / n
+        return add_client_noise(mean, s, rng), s / math.sqrt(2.0)
+
+    def mean_noise_sigma(self, n: int) -> float:
+        """Off-diagonal entry std of the noise in the equal mean of ``n >= min_clients`` releases."""
+        n = self.check_reports(n)
+        if self.variant == "central":
+            return self.noise_std / n / math.sqrt(2.0)
+        return self.share_std() * math.sqrt(n) / n / math.sqrt(2.0)
+
+    def apply(self, operator: np.ndarray, batch_size: int, rng: np.random.Generator | int) -> tuple[np.ndarray, float]:
+        """Not an example-level step: a client-level mechanism acts on the whole upload
+        (:meth:`client_release`) and on the sum (:meth:`server_release`)."""
+        raise TypeError("ClientLevelMechanism acts on whole uploads and on the sum "
+                        "(client_release / server_release), not on a batch operator; "
+                        "pass it as run_federation(privacy=...)")
+
+
+def client_level_threshold(
+    r: float, pi: float, N: int, M: int, epsilon: float, delta: float, rounds: int = 1, *,
+    clip: float | None = None, magnetization: float | None = None, accountant: str = "analytic",
+    max_L: int = 10**9,
+) -> int:
+    r"""Smallest number of clients ``L`` at which an archetype of weight ``pi`` stays visible
+    under client-level DP.
+
+    Derived in {ref}`sec-privacy-client`. ``L`` clients report ``M`` examples each (weight 1) through
+    :class:`ClientLevelMechanism` with Frobenius bound ``clip`` (default :func:`upload_norm`, the
+    norm of an honest operator, so that honest uploads are not shrunk). The equal mean is a spiked
+    Wishart operator of ``L M`` examples plus GOE noise of off-diagonal std
+    ``sigma_L = z 2 clip / (sqrt(2) L)``, eigenvalue std ``s_L = sqrt(N) sigma_L``: the noise falls
+    like ``1/L`` while the spike ``r^2 pi`` does not. The archetype keeps an outlier iff
+    ``s_L < s_c(r, pi, N, L M)`` (:func:`critical_noise`, which grows with ``L``), so the answer
+    is the smallest such ``L`` (monotone: found by doubling and bisection). Returns
+    ``max_L + 1`` when even ``max_L`` clients do not suffice (an archetype invisible without noise).
+
+    Visible is not recovered: at the transition the outlier's overlap vanishes. With
+    ``magnetization=m`` the criterion is recovery at magnetization ``m`` instead. Near the
+    archetype the dynamics sets each site by the sign of its field, whose signal is ``~ r^2 pi``
+    (``~ s_c`` with the bulk's share) and whose noise is ``N(0, s_L^2)`` (row ``i`` of the noise
+    times a +-1 vector). At a state of magnetization ``m`` the signal is ``m s_c``, so a fraction
+    ``Phi(-m s_c / s_L)`` of the sites is wrong and the fixed point solves
+    ``m = 1 - 2 Phi(-m s_c / s_L)``: recovery at ``m`` needs ``s_L <= m s_c / Phi^{-1}((1 + m)/2)``
+    (2.06 times less noise than the transition for ``m = 0.95``). A heuristic for the dynamics,
+    checked against simulation in {ref}`sec-privacy-client`.
+    """
+    r, pi, N, _ = _check_model(r, pi, N, 1.0)
+    M = check_positive_int(M, "M")
+    epsilon = _check_epsilon(epsilon)
+    delta = _check_delta(delta)
+    rounds = check_positive_int(rounds, "rounds")
+    max_L = check_positive_int(max_L, "max_L")
+    C = upload_norm(r, pi, N, M) if clip is None else check_in_range(clip, "clip", 0.0, None, low_open=True)
+    z = client_noise_multiplier(epsilon, delta, rounds, accountant=accountant)
+    margin = 1.0
+    if magnetization is not None:
+        m = check_in_range(magnetization, "magnetization", 0.0, 1.0, low_open=True, high_open=True)
+        margin = float(special.ndtri((1.0 + m) / 2.0)) / m
+
+    def ok(L: int) -> bool:
+        s_L = math.sqrt(N) * z * 2.0 * C / (math.sqrt(2.0) * L)
+        return margin * s_L < critical_noise(r, pi, N, L * M)
+
+    hi = 1
+    while not ok(hi):
+        if hi >= max_L:
+            return max_L + 1
+        hi = min(2 * hi, max_L)
+    lo = hi // 2  # ok(lo) is False (or lo = 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

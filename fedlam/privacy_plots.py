@@ -17,7 +17,7 @@ import numpy as np
 
 from fedlam import plotting
 
-__all__ = ["plot_frontier", "plot_attack_vs_epsilon", "noised_spectrum_view"]
+__all__ = ["plot_frontier", "plot_attack_vs_epsilon", "noised_spectrum_view", "plot_client_frontier"]
 
 _CASE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 
@@ -129,4 +129,27 @@ def noised_spectrum_view(epsilon: float = 2.0, M: int = 400, N: int = 400, r: fl
     print(f"sigma = {sigma:.3g}; top eigenvalues {top}; predicted edge {edge:.4f}, outlier "
           f"{out[0]:.4f}; K-hat = {res.k_hat}; attack recovers {n_att} of {M} examples"
           + ("" if M <= N // 4 else " (attack not run for M > N/4)"))
+    return fig
+
+
+def plot_client_frontier(res: Any) -> Any:
+    """Smallest number of clients against the client-level budget (log-log): the noisy-BBP
+    transition and the recovery threshold (lines), the simulated smallest L (points).
+    Prints the plotted numbers."""
+    eps = np.asarray(res.epsilons)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(eps, res.L_transition, "--", color="grey", label="transition (archetype visible)")
+    ax.plot(eps, res.L_recovery, "-", color=plotting.COLORS["theory"], label="predicted, recovery at m = 0.95")
+    sim = np.asarray(res.L_simulated)
+    ok = sim > 0
+    ax.plot(eps[ok], sim[ok], "o", color=plotting.COLORS["ours"], label="simulated smallest L (m >= 0.95)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"client-level budget epsilon (one round, delta = {res.delta:g})")
+    ax.set_ylabel("clients L")
+    ax.legend(fontsize=8)
+    print("epsilon:      " + " ".join(f"{e:7.2f}" for e in eps))
+    print("L transition: " + " ".join(f"{v:7d}" for v in res.L_transition))
+    print("L recovery:   " + " ".join(f"{v:7d}" for v in res.L_recovery))
+    print("L simulated:  " + " ".join(f"{v:7d}" for v in sim))
     return fig

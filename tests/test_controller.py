@@ -419,3 +419,57 @@ def test_sign_agreement_moments_match_simulation(r, Mb, pi, memory):
     assert abs(ps.mean() - mom.mean) < 5 * mom.sd / np.sqrt(reps) + 0.01  # 0.01: O(1/N) pattern frequencies
     indep = math.sqrt(mom.mean * (1 - mom.mean) / (n * (n - 1) / 2))
     assert abs(ps.std(ddof=1) / indep - 1) > tol
+
+
+# ---------------------------------------------------------------- a noised batch (privacy)
+def test_noised_bulk_fit_knows_the_declared_noise():
+    """A batch operator noised by a privacy mechanism (entry std sigma, zero diagonal): the fit
+    against MP(s2, q) ⊞ SC(N (N sigma)^2) finds the archetypes' outliers, the bulk variance and
+    the spike strengths of the raw batch, and lowers the overlaps by 1 - v / s_c^2; the plain
+    fit counts the semicircle as outliers."""
+    from fedlam import privacy
+
+    rng = np.random.default_rng(5)
+    Nn, Kn, Mn, r = 400, 4, 400, 0.75
+    xi = random_archetypes(Kn, Nn, rng)
+    ex, _ = sample_examples(xi, Mn, r, np.full(Kn, 1.0 / Kn), rng)
+    B = hebbian(ex)
+    raw = C.fit_bulk(C.local_spectrum(B=B, M=Mn))
+    for sigma in (2.2e-3, 7e-4):
+        Bn = privacy.add_symmetric_noise(B, sigma, rng)
+        spec = C.local_spectrum(B=Bn, M=Mn, noise_sigma=sigma)
+        assert spec.noise_var == pytest.approx(Nn * (Nn * sigma) ** 2) and not spec.complete
+        fit = C.fit_bulk(spec)
+        assert fit.n_outliers == Kn
+        assert fit.sigma2 == pytest.approx(1 - r * r, rel=0.02)
+        # each noised outlier fluctuates by ~ sqrt(v / N) (a few % of kappa at sigma = 2.2e-3)
+        np.testing.assert_allclose(np.sort(fit.kappa), np.sort(raw.kappa), rtol=0.1)
+        assert fit.kappa.sum() == pytest.approx(raw.kappa.sum(), rel=0.05)
+        ov = np.sort(np.max((xi @ spec.vectors[:, :Kn]) ** 2 / Nn, axis=0))
+        # the archetypes' near-equal exposures rotate the outlier eigenvectors among themselves
+        # (single overlaps scatter), so the sum is compared with the predicted sum
+        sub = np.sum((xi @ spec.vectors[:, :Kn]) ** 2 / Nn)
+        assert abs(sub - fit.gamma.sum()) < 0.1 * Kn
+        assert np.all(fit.gamma < raw.gamma) and ov.size == Kn
+        with pytest.raises(ValueError, match="all are outliers"):
+            C.fit_bulk(C.local_spectrum(B=Bn, M=Mn))  # the noise ignored: the old failure
+    with pytest.raises(ValueError, match="noise_sigma"):
+        C.local_spectrum(ex, noise_sigma=1e-3)
+    with pytest.raises(ValueError, match="noise_sigma"):
+        C.local_spectrum(B=B, M=Mn, noise_sigma=-1.0)
+    # no noise: the fit is the one of the raw batch, bit for bit
+    assert C.local_spectrum(B=B, M=Mn).noise_var == 0.0
+    again = C.fit_bulk(C.local_spectrum(B=B, M=Mn, noise_sigma=0.0))
+    assert again.sigma2 == raw.sigma2 and np.array_equal(again.kappa, raw.kappa)
+
+
+def test_noised_client_is_rejected_as_noise():
+    """A pure-noise batch under the same declared noise: the novelty rule detects nothing (w = 0)."""
+    from fedlam import privacy
+
+    rng = np.random.default_rng(9)
+    X = rng.choice(np.array([-1, 1], dtype=np.int8), size=(400, 400))
+    sigma = 2.2e-3
+    spec = C.local_spectrum(B=privacy.add_symmetric_noise(hebbian(X), sigma, rng), M=400, noise_sigma=sigma)
+    a = C.novelty_assessment(pattern_operator(random_archetypes(3, 400, 1)), spectrum=spec)
+    assert not a.detected and a.w == 0.0

@@ -34,7 +34,7 @@ from fedlam.experiments._common import (
 )
 
 __all__ = ["PrivacyParams", "PrivacyResult", "PRESETS", "make_params", "run", "server_factorize",
-           "AttackCurve", "attack_curve"]
+           "AttackCurve", "attack_curve", "ClientFrontier", "client_frontier"]
 
 
 @dataclass(frozen=True)
@@ -313,3 +313,75 @@ def attack_curve(N: int, Ms: tuple, rs: tuple, seeds: int, rng: Any, K: int = 3,
                 fe[s, ri, mi] = res.field_evals
                 rst[s, ri, mi] = res.restarts
     return AttackCurve(N, np.asarray(Ms), np.asarray(rs, dtype=float), rec, fal, fe, rst)
+
+
+@dataclass(frozen=True)
+class ClientFrontier(JsonResult):
+    """Smallest number of clients against the client-level budget: predicted and simulated.
+
+    Attributes
+    ----------
+    N, M, K : int
+    r, delta : float
+    epsilons : (nE,) float
+        Client-level budgets (one round).
+    L_transition, L_recovery : (nE,) int
+        :func:`fedlam.privacy.client_level_threshold` without and with ``magnetization=0.95``.
+    factors : (nF,) float
+        Multiples of ``L_recovery`` simulated.
+    min_magnetization : (nE, nF, S) float
+        Smallest magnetization over the archetypes, per seed.
+    L_simulated : (nE,) int
+        Smallest simulated ``L`` (on the grid) at which most seeds keep every archetype at
+        ``m >= 0.95`` (-1: none on the grid).
+    """
+
+    N: int
+    M: int
+    K: int
+    r: float
+    delta: float
+    epsilons: np.ndarray
+    L_transition: np.ndarray
+    L_recovery: np.ndarray
+    factors: np.ndarray
+    min_magnetization: np.ndarray
+    L_simulated: np.ndarray
+
+
+def client_frontier(N: int, M: int, r: float, epsilons: tuple, rng: Any, *, K: int = 3, delta: float = 1e-6,
+                    factors: tuple = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5), seeds: int = 3,
+                    variant: str = "central") -> ClientFrontier:
+    """Simulate one round of ``L`` clients under :class:`fedlam.privacy.ClientLevelMechanism`
+    (clip :func:`fedlam.privacy.upload_norm`, constant weight 1) at multiples of the predicted
+    recovery threshold, for every budget. Derived in {ref}`sec-privacy-client`."""
+    from fedlam import data, federation, privacy
+
+    N = check_positive_int(N, "N", minimum=2)
+    M = check_positive_int(M, "M")
+    r = check_quality(r)
+    epsilons = check_float_tuple(epsilons, "epsilons", 0.0, None, low_open=True)
+    factors = check_float_tuple(factors, "factors", 0.0, None, low_open=True)
+    seeds = check_positive_int(seeds, "seeds")
+    K = check_positive_int(K, "K")
+    delta = check_in_range(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
+    clip = privacy.upload_norm(r, 1.0 / K, N, M)
+    Lt = np.array([privacy.client_level_threshold(r, 1 / K, N, M, e, delta) for e in epsilons])
+    Lr = np.array([privacy.client_level_threshold(r, 1 / K, N, M, e, delta, magnetization=0.95) for e in epsilons])
+    mags = np.zeros((len(epsilons), len(factors), seeds))
+    pairs = seed_pairs(rng, seeds)
+    for ei, e in enumerate(epsilons):
+        mech = privacy.ClientLevelMechanism(clip, e, delta, variant=variant)
+        for fi, f in enumerate(factors):
+            L = max(1, round(f * int(Lr[ei])))
+            for s, (a, b) in enumerate(pairs):
+                xi = data.random_archetypes(K, N, np.random.default_rng([a, ei, fi]))
+                specs = [federation.ClientSpec(r=r, M=M, mixture=np.full((1, K), 1.0 / K)) for _ in range(L)]
+                h = federation.run_federation(xi, specs, 1, np.random.default_rng([b, ei, fi]), controller=1.0,
+                                              known_r=True, privacy=mech)
+                mags[ei, fi, s] = float(h.magnetization[-1].min())
+    ok = (mags >= 0.95).sum(axis=2) * 2 > seeds
+    Ls = np.array([[max(1, round(f * int(Lr[ei]))) for f in factors] for ei in range(len(epsilons))])
+    Lsim = np.array([int(Ls[ei][np.argmax(ok[ei])]) if ok[ei].any() else -1 for ei in range(len(epsilons))])
+    return ClientFrontier(N, M, K, float(r), float(delta), np.asarray(epsilons, dtype=float), Lt, Lr,
+                          np.asarray(factors, dtype=float), mags, Lsim)
