@@ -379,3 +379,23 @@ def test_fresh_acceptance_ends_drift_without_junk():
     assert np.all(h.magnetization[-1] >= 0.95)
     # archetype 0 dominates only the first slot (rounds 0-5) and is still stored at the end
     assert mix[-1, 0, 0] < 1e-3 and h.magnetization[-1, 0] == 1.0
+
+
+def test_fresh_acceptance_composes():
+    """acceptance="fresh" runs with privacy, partial participation with dropouts, a poisoner under
+    defense="support", and a constant weight; refused combinations raise (see the argument checks)."""
+    from fedlam import participation, privacy
+
+    T, K, n = 4, 3, 120
+    xi = data.random_archetypes(K, n, 7)
+    pi = data.static_mixture(T, 4, K)
+    specs = [F.ClientSpec(r=0.9, M=200, mixture=pi[:, c]) for c in range(4)]
+    part = participation.Participation(fraction=0.5, min_clients=1, dropout=0.2)
+    h = F.run_federation(xi, specs, T, 2, controller=0.5, acceptance="fresh", participation=part)
+    assert h.T == T
+    h = F.run_federation(xi, specs, T, 2, controller=0.5, acceptance="fresh",
+                         privacy=privacy.GaussianMechanism(epsilon=50.0, delta=1e-5))
+    assert h.T == T
+    h = F.run_federation(xi, specs + [F.ClientSpec(M=200, kind="poison")], T, 2, controller="novelty",
+                         acceptance="fresh", defense="support")
+    assert h.spurious.max() == 0
