@@ -56,10 +56,14 @@ from ._validation import (
 )
 from .protocol import DataSource, SyntheticSource, Upload
 
-__all__ = ["CLIENT_KINDS", "K_RULES", "ClientSpec", "Client", "Server", "RoundResult", "History",
+__all__ = ["ACCEPTANCES", "CLIENT_KINDS", "K_RULES", "ClientSpec", "Client", "Server", "RoundResult", "History",
            "PrivacyMechanism", "run_federation"]
 
 CLIENT_KINDS = ("honest", "noise", "poison", "flip")
+#: how the server admits patterns into its memory: the paper's (whatever the aggregate's
+#: factorization accepts) or "fresh" (only directions the uploads' fresh parts certify, or that
+#: are already stored; see :class:`Server`)
+ACCEPTANCES = ("paper", "fresh")
 #: K-hat rules of the server: per-client scalars (default), a fit of every upload's bulk
 K_RULES = ("scalars", "fit")
 #: largest number of rounds run_federation accepts (refused before any work)
@@ -363,11 +367,25 @@ class Server:
     secure : bool
         Secure aggregation: the server sees only the sum of the uploads and their scalars
         (``k_rule`` must be ``"scalars"``; a negated upload cannot be recognised).
+    defense, defense_params
+        A server defence of :mod:`fedlam.robust` and its parameters (None: the plain mean).
+    acceptance : {"paper", "fresh"}
+        ``"paper"`` (default): the memory is whatever the factorization of the aggregate
+        accepts. ``"fresh"``: before the factorization, every detected direction of the
+        aggregate that no client's fresh part certifies (the support test of
+        :mod:`fedlam.robust` with ``s = 1``: the upload minus the broadcast it blended) and that
+        is not already stored is replaced by the bulk level, so a pattern enters the memory only
+        while some client's fresh data show it and stays while it is stored (an archetype that
+        stops appearing in the data is not forgotten); a direction the broadcast alone
+        reinforces, e.g. a noisy duplicate of a stored pattern, does not enter. It needs every
+        upload's operator (no secure aggregation) and runs without a defence or with
+        ``defense="support"`` (which certifies with its own ``s``).
     """
 
     def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None, *,
                  k_rule: str = "scalars", secure: bool = False, defense: str | None = None,
-                 defense_params: dict | None = None, client_privacy: Any = None) -> None:
+                 defense_params: dict | None = None, client_privacy: Any = None,
+                 acceptance: str = "paper") -> None:
         if isinstance(aggregation, str):
             check_choice(aggregation, "aggregation", ("equal", "batch"))
         elif not isinstance(aggregation, np.ndarray):
@@ -399,11 +417,28 @@ class Server:
                              f"defense={defense!r}")
         #: client-level DP (fedlam.privacy.ClientLevelMechanism): noise on the mean, reports counted
         self.client_privacy = client_privacy
+        self.acceptance = check_choice(acceptance, "acceptance", ACCEPTANCES)
+        if self.acceptance == "fresh":
+            if secure:
+                raise ValueError("acceptance='fresh' needs every client's upload; it cannot run under secure "
+                                 "aggregation (use acceptance='paper')")
+            if self.defense not in (None, "support"):
+                raise ValueError(f"acceptance='fresh' runs with defense=None or 'support', got defense={defense!r} "
+                                 f"(use acceptance='paper' with it)")
+            if client_privacy is not None:
+                raise ValueError("acceptance='fresh' certifies patterns against each client's own upload, which "
+                                 "client-level DP (noise on the mean only) does not protect; use "
+                                 "acceptance='paper' with client_privacy")
 
+    @property
+    def needs_uploads(self) -> bool:
+        """Whether :meth:`round` needs every upload's operator and the last broadcast."""
+        return self.defense is not None or self.acceptance == "fresh"
     def __repr__(self) -> str:
         agg = self.aggregation if isinstance(self.aggregation, str) else "fixed"
+        acc = "" if self.acceptance == "paper" else f", acceptance={self.acceptance!r}"
         return (f"Server(aggregation={agg!r}, k_rule={self.k_rule!r}, secure={self.secure}, "
-                f"lam_params={self.lam_params})")
+                f"lam_params={self.lam_params}{acc})")
 
     def weights(self, L: int, batch_sizes: np.ndarray | None = None) -> np.ndarray | None:
         """Aggregation weights (L,) of this round; None for the equal mean."""
@@ -494,6 +529,13 @@ class Server:
                 raise TypeError(f"uploads[{c}] must be a fedlam.protocol.Upload, got {_describe(u)}")
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
+        if self.defense is None and self.acceptance == "fresh":
+            if aggregate is not None:
+                raise ValueError("acceptance='fresh' needs every upload's operator, not a pre-summed aggregate")
+            for c, u in enumerate(uploads):
+                check_operator(u.operator, f"uploads[{c}].operator")
+            ra = robust.aggregate(list(uploads), weights, "support", {"s": 1}, broadcast=broadcast)
+            return self._factorize_robust(ra, rng, weights)
         if self.defense is not None:
             # robust aggregation needs every operator (checked here like the plain path)
             for c, u in enumerate(uploads):
@@ -501,14 +543,7 @@ class Server:
             if self.defense in ("median", "trimmed"):
                 weights = None          # unweighted estimators
             ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast)
-            params = dict(self.lam_params)
-            if "k_method" not in params:
-                params["k_method"] = "free"
-                params["components"] = ra.components or [khat.Component(0.0, 1.0)]
-                params["noise_sigma"] = math.sqrt(ra.noise_var / ra.operator.shape[0])
-            result = lam.factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)
-            patterns = np.asarray(result.patterns, dtype=np.int8)
-            return RoundResult(ra.operator, result, patterns, self.broadcast(patterns), weights)
+            return self._factorize_robust(ra, rng, weights)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
@@ -533,6 +568,18 @@ class Server:
                                 extra_sigma=extra)
         patterns = np.asarray(result.patterns, dtype=np.int8)
         return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
+
+    def _factorize_robust(self, ra: robust.RobustAggregate, rng: np.random.Generator,
+                          weights: np.ndarray | None) -> RoundResult:
+        """Factorize a cleaned aggregate with the bulk its defence derived."""
+        params = dict(self.lam_params)
+        if "k_method" not in params:
+            params["k_method"] = "free"
+            params["components"] = ra.components or [khat.Component(0.0, 1.0)]
+            params["noise_sigma"] = math.sqrt(ra.noise_var / ra.operator.shape[0])
+        result = lam.factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)
+        patterns = np.asarray(result.patterns, dtype=np.int8)
+        return RoundResult(ra.operator, result, patterns, self.broadcast(patterns), weights)
 
     def accumulate(self, total: np.ndarray | None, upload: Upload, weight: float) -> np.ndarray:
         """Add ``weight * upload.operator`` to a running sum (checked on arrival).
@@ -742,6 +789,7 @@ def run_federation(
     participation: Any = None,
     defense: str | None = None,
     defense_params: dict | None = None,
+    acceptance: str = "paper",
 ) -> History:
     """Run T rounds of the federated protocol and record everything per round.
 
@@ -806,6 +854,10 @@ def run_federation(
         ``min_clients``, is skipped. The sampling uses its own stream,
         ``default_rng(seed).spawn(L + 2)[L + 1]``, as the Flower server does. None: everyone,
         every round.
+    defense, defense_params
+        Server defence (:class:`Server`, :mod:`fedlam.robust`).
+    acceptance : {"paper", "fresh"}
+        How the server admits patterns into its memory (:class:`Server`).
 
     Returns
     -------
@@ -865,7 +917,7 @@ def run_federation(
         raise ValueError(f"client-level DP needs min_clients = {client_dp.min_clients} reports per round; "
                          f"the federation can proceed with {part.min_clients if participation is not None else L}")
     server = Server(aggregation, lam_params, k_rule=k_rule, secure=secure, defense=defense,
-                    defense_params=defense_params, client_privacy=client_dp)
+                    defense_params=defense_params, client_privacy=client_dp, acceptance=acceptance)
     if isinstance(aggregation, np.ndarray):
         check_prob_vector(aggregation, "aggregation", size=L)
     clients = [
@@ -882,7 +934,7 @@ def run_federation(
     broadcast = np.zeros((N, N)) if control_round0 else None
     k_broadcast = 0
     # sum the uploads as they arrive: O(N^2) memory (a defence needs every upload)
-    stream = server.k_rule == "scalars" and server.defense is None
+    stream = server.k_rule == "scalars" and not server.needs_uploads
     for t in range(T):
         sample = part.sample_round(t, part.available(t, L), rng_part)
         rec.asked.append(sample.asked)
@@ -900,7 +952,8 @@ def run_federation(
             sub = aggregation[ids].astype(np.float64)
             om = sub / sub.sum() if sub.sum() > 0 else None
             server_t = Server(om if om is not None else "equal", lam_params, k_rule=k_rule, secure=secure,
-                              defense=defense, defense_params=defense_params, client_privacy=client_dp)
+                              defense=defense, defense_params=defense_params, client_privacy=client_dp,
+                              acceptance=acceptance)
         else:
             server_t = server
         om = server_t.weights(len(ids), sizes)
@@ -914,7 +967,7 @@ def run_federation(
                 up = up.without_operator()
             uploads.append(up)
         # a defence removes the broadcast it sent from every upload (the clients' fresh evidence)
-        kw = {"broadcast": broadcast} if server.defense is not None else {}
+        kw = {"broadcast": broadcast} if server.needs_uploads else {}
         rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, **kw)
         if reconstruct is not None:
             patterns = reconstruct(rr.result)

@@ -736,6 +736,18 @@ def _vote_counts(Y: np.ndarray, P: Sequence[np.ndarray], Gm: np.ndarray, s: int,
     return frac, counts.astype(np.int64)
 
 
+def _sth_fraction(frac: np.ndarray, X: np.ndarray, Gm: np.ndarray, s: int) -> np.ndarray:
+    """Per column of X: the s-th largest of the clients' fractions and, s times, the memory's."""
+    n = X.shape[1]
+    mem = np.einsum("ij,ij->j", Gm.T @ X, Gm.T @ X) if Gm.shape[1] else np.zeros(n)
+    nrm = np.einsum("ij,ij->j", X, X)
+    mem = mem / np.where(nrm > 0, nrm, 1.0)
+    allf = np.hstack([frac, np.repeat(mem[:, None], s, axis=1)])
+    if allf.shape[1] < s:
+        return np.zeros(n)
+    return -np.sort(-allf, axis=1)[:, s - 1]
+
+
 def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Sequence[Any],
                       ops: Sequence[np.ndarray], broadcast: np.ndarray | None, N: int,
                       p: dict) -> SupportResult:
@@ -744,13 +756,20 @@ def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Seq
     P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"])
     Gm = _memory_basis(Q, broadcast)
     X = _candidate_directions(P, Gm, s, rho, d)
-    _, dvotes = _vote_counts(X, P, Gm, s, rho)
-    order = np.lexsort((np.arange(dvotes.size), -dvotes))
+    dfrac, dvotes = _vote_counts(X, P, Gm, s, rho)
+    # rank the candidates by their s-th largest fraction (the memory counting s times): it is
+    # >= rho exactly when the direction has s votes, and it is largest for the direction the s
+    # best-agreeing clients hold most precisely. Ranking by the number of votes instead lets one
+    # near-copy of an archetype (squared cosine m^2 >= rho with it) add its vote to the mean of
+    # its own and an honest principal vector, which then outranks the honest clients' direction
+    # and enters the basis in its place (tilted by the copy: a fraction (1 + m)/2 of the archetype).
+    key = _sth_fraction(dfrac, X, Gm, s)
+    order = np.lexsort((np.arange(key.size), -key))
     # the memory is supported as a whole (every direction in its span has s votes); its basis
     # vectors are an arbitrary rotation inside that span, so they enter together
     basis: list[np.ndarray] = [Gm[:, j] for j in range(Gm.shape[1])]
     for i in order:
-        if dvotes[i] < s:
+        if key[i] < rho:
             break
         # span of the kept directions: a direction within squared cosine rho of the span so far is a
         # copy of one already kept (several pairs find the same archetype); otherwise its residual

@@ -332,3 +332,70 @@ def test_partial_participation_in_process():
     assert h.magnetization[h.k_hat == K].min() >= 0.95
     with pytest.raises(TypeError, match="participation must be a fedlam.participation.Participation"):
         F.run_federation(xi, _honest(pi), T, 0, participation={"fraction": 0.5})
+
+
+# ----------------------------------------------------------------------------------------
+# issue 18 item 2: a memory that admits only what fresh data support
+def test_acceptance_argument_checks():
+    with pytest.raises(ValueError, match="acceptance"):
+        F.Server(acceptance="support")
+    with pytest.raises(ValueError, match="secure aggregation"):
+        F.Server(acceptance="fresh", secure=True)
+    with pytest.raises(ValueError, match="defense='median'"):
+        F.Server(acceptance="fresh", defense="median")
+    assert F.Server().acceptance == "paper" and F.Server(acceptance="fresh", defense="support").needs_uploads
+
+
+def test_fresh_acceptance_keeps_a_stored_archetype_nobody_holds_now():
+    """Retention: archetype 0 is stored; this round's fresh data hold only archetypes 1 and 2 and
+    every client blends the broadcast at w = 0.5. The stored archetype stays."""
+    from fedlam import operators
+    from fedlam.protocol import Upload
+
+    K, n = 3, 300
+    xi = data.random_archetypes(K, n, 5)
+    A = operators.pattern_operator(xi)
+    ups = []
+    for c in range(3):
+        X, _ = data.sample_examples(xi, 250, 0.9, np.array([0.0, 0.5, 0.5]), rng=60 + c)
+        ups.append(Upload(0.5 * operators.hebbian(X) + 0.5 * A, 250, 0.5, 1 - 0.81))
+    rr = F.Server(acceptance="fresh").round(ups, np.random.default_rng(0), broadcast=A)
+    ov = np.abs(rr.patterns.astype(float) @ xi.T.astype(float)) / n
+    assert rr.patterns.shape[0] == 3 and np.all(ov.max(axis=0) == 1.0)
+
+
+def test_fresh_acceptance_ends_drift_without_junk():
+    """Issue 18's setting: N = 784, K = 4 random archetypes, L = 3, r = 0.8, M = 250,
+    sequential_drift(24, 3, 4), novelty rule. With the paper's acceptance, archetype and run seed 0
+    end with 14 spurious patterns and K-hat = 18 (issue 18 reports 7 with its seed); with
+    acceptance="fresh" (seed 0 and, here, seed 1) the run ends with none and every archetype
+    stored, including those that stopped appearing rounds ago."""
+    T, K, n_clients = 24, 4, 3
+    xi = data.random_archetypes(K, 784, 1)
+    mix = data.sequential_drift(T, n_clients, K)
+    specs = [F.ClientSpec(r=0.8, M=250, mixture=np.ascontiguousarray(mix[:, c])) for c in range(n_clients)]
+    h = F.run_federation(xi, specs, T, 1, controller="novelty", acceptance="fresh")
+    assert h.spurious[-1] == 0 and h.k_hat[-1] <= K
+    assert np.all(h.magnetization[-1] >= 0.95)
+    # archetype 0 dominates only the first slot (rounds 0-5) and is still stored at the end
+    assert mix[-1, 0, 0] < 1e-3 and h.magnetization[-1, 0] == 1.0
+
+
+def test_fresh_acceptance_composes():
+    """acceptance="fresh" runs with privacy, partial participation with dropouts, a poisoner under
+    defense="support", and a constant weight; refused combinations raise (see the argument checks)."""
+    from fedlam import participation, privacy
+
+    T, K, n = 4, 3, 120
+    xi = data.random_archetypes(K, n, 7)
+    pi = data.static_mixture(T, 4, K)
+    specs = [F.ClientSpec(r=0.9, M=200, mixture=pi[:, c]) for c in range(4)]
+    part = participation.Participation(fraction=0.5, min_clients=1, dropout=0.2)
+    h = F.run_federation(xi, specs, T, 2, controller=0.5, acceptance="fresh", participation=part)
+    assert h.T == T
+    h = F.run_federation(xi, specs, T, 2, controller=0.5, acceptance="fresh",
+                         privacy=privacy.GaussianMechanism(epsilon=50.0, delta=1e-5))
+    assert h.T == T
+    h = F.run_federation(xi, specs + [F.ClientSpec(M=200, kind="poison")], T, 2, controller="novelty",
+                         acceptance="fresh", defense="support")
+    assert h.spurious.max() == 0

@@ -462,3 +462,32 @@ def metrics_magnetization(patterns, xi):
     from fedlam import metrics
 
     return metrics.magnetization(patterns, xi)
+
+
+# ----------------------------------------------------------------------------------------
+# issue 18 item 3: a near-copy of an archetype must not cost it under the support defence
+def _near_copy_round(seed, n_flip, N=400, M=400, r=0.9, K=3):
+    xi = data.random_archetypes(K, N, seed)
+    ups = honest_uploads(xi, M, r, 4, seed)
+    x = xi[0].copy()
+    x[np.random.default_rng(seed + 1000).permutation(N)[:n_flip]] *= -1
+    ups.append(poison_upload(x, M, r))
+    from fedlam import federation
+
+    rr = federation.Server(defense="support").round(ups, np.random.default_rng(seed))
+    return xi, x, rr.patterns
+
+
+@pytest.mark.parametrize("n_flip", [60, 20, 10, 6, 2, 0])   # m = 0.7, 0.9, 0.95, 0.97, 0.99, 1.0
+def test_support_near_copy_never_costs_an_archetype(n_flip):
+    """N = M = 400, r = 0.9, K = 3: four honest uploads and a rank-one copy of archetype 0 with
+    n_flip bits flipped. Before the fix (directions ranked by votes) the copy's vote put the mean
+    of its direction and an honest one first, and the server kept 1, 0, 1 of 3 archetypes at m = 0.95."""
+    N = 400
+    for seed in range(3):
+        xi, x, pats = _near_copy_round(seed, n_flip)
+        ov = np.abs(pats.astype(float) @ xi.T.astype(float)) / N
+        assert pats.shape[0] == 3, (seed, pats.shape)
+        assert np.all(ov.max(axis=0) >= 0.99), (seed, ov.max(axis=0))
+        if n_flip:   # the copy is not stored in the archetype's place
+            assert not np.any(np.all(pats == x, axis=1) | np.all(pats == -x, axis=1)), seed

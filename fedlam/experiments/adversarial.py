@@ -32,6 +32,7 @@ from fedlam.experiments._common import (
     check_bool,
     check_choice,
     check_controllers,
+    check_float_tuple,
     check_in_range,
     check_int_tuple,
     check_positive_int,
@@ -61,6 +62,8 @@ __all__ = [
     "first_round",
     "NoiseClientRule",
     "paper_rule_on_noise",
+    "NearCopySweep",
+    "near_copy_sweep",
 ]
 
 ATTACKS = ("none", "noise", "poison", "flip", "hidden", "collude", "targeted")
@@ -715,3 +718,99 @@ def paper_rule_on_noise(N: int, M: int, K: int, r_values: np.ndarray, n_batches:
     return NoiseClientRule(N=N, M=M, K=K, r_values=r_values.astype(np.float64), one_minus_h_ab=om, w_raw=w,
                            r_star=hi, r_star_pred=r_star_pred, mean_pred=mean_pred)
 
+
+
+# ----------------------------------------------------------------------------------------
+# a near-copy of an archetype against the support test, swept in its overlap m
+@dataclass(frozen=True)
+class NearCopySweep(JsonResult):
+    """Outcome of :func:`near_copy_sweep`. Axes: (m value, seed, archetype).
+
+    Attributes
+    ----------
+    m_values : numpy.ndarray
+        (V,) overlaps of the copy with its archetype actually realised (``1 - 2 flips / N``).
+    one_shot : numpy.ndarray
+        (V, S, K) magnetization of each archetype after one round (four honest uploads, one
+        rank-one upload of the copy of archetype 0).
+    one_shot_copy : numpy.ndarray
+        (V, S) bool, the copy itself is stored (never counted when ``m = 1``: it is the archetype).
+    federation : numpy.ndarray
+        (V, S, K) magnetization of each archetype at the last round of a federation with a
+        ``"targeted"`` attacker (:class:`fedlam.attacks.Targeted`) under ``defense="support"``.
+    federation_min : numpy.ndarray
+        (V, S) smallest magnetization of any archetype over the rounds after the first.
+    federation_copy : numpy.ndarray
+        (V, S) bool, the attacker's copy stored in any round.
+    params : dict
+    """
+
+    m_values: np.ndarray
+    one_shot: np.ndarray
+    one_shot_copy: np.ndarray
+    federation: np.ndarray
+    federation_min: np.ndarray
+    federation_copy: np.ndarray
+    params: dict = field(default_factory=dict)
+
+
+def _stored(patterns: np.ndarray, x: np.ndarray) -> bool:
+    return bool(np.any(np.all(patterns == x, axis=1) | np.all(patterns == -x, axis=1)))
+
+
+def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *, N: int = 400, M: int = 400,
+                    r: float = 0.9, K: int = 3, n_good: int = 4, T: int = 8, N_fed: int = 200,
+                    controller: Any = "novelty", seeds: int = 3, rng: int = 0) -> NearCopySweep:
+    """A corrupted copy of an archetype (overlap ``m``) against ``defense="support"`` (s = 2).
+
+    One shot (issue 18's setting, N = M = 400, r = 0.9, K = 3): ``n_good`` honest uploads and
+    one rank-one upload of archetype 0 with ``round((1 - m) N / 2)`` bits flipped. Over a
+    federation (``N_fed = M``, ``T`` rounds, ``controller``): ``n_good`` honest clients and one
+    :class:`fedlam.attacks.Targeted` client flipping the same number of bits (per ``N_fed``) in
+    the pattern it recovers from the broadcast. Derived in {ref}`sec-robust-support`
+    (:prf:ref:`thm-robust-support`, part 3).
+    """
+    from fedlam import attacks, data, federation, metrics, operators
+    from fedlam.protocol import Upload
+
+    ms = check_float_tuple(m_values, "m_values", 0.0, 1.0)
+    for name, v in (("N", N), ("M", M), ("K", K), ("n_good", n_good), ("T", T), ("N_fed", N_fed), ("seeds", seeds)):
+        check_positive_int(v, name)
+    check_quality(r, "r")
+    V, S = len(ms), int(seeds)
+    out = {"m": np.zeros(V), "one": np.zeros((V, S, K)), "one_copy": np.zeros((V, S), dtype=bool),
+           "fed": np.zeros((V, S, K)), "fed_min": np.zeros((V, S)), "fed_copy": np.zeros((V, S), dtype=bool)}
+    pi = np.ones(K) / K
+    for vi, m in enumerate(ms):
+        n_flip = round((1.0 - m) * N / 2)
+        out["m"][vi] = 1.0 - 2.0 * n_flip / N
+        for si in range(S):
+            seed = int(rng) * 1000 + si
+            xi = data.random_archetypes(K, N, seed)
+            ups = [Upload(operators.hebbian(data.sample_examples(xi, M, r, pi, rng=seed * 100 + c)[0]), M, 1.0,
+                          1.0 - r * r) for c in range(n_good)]
+            x = xi[0].copy()
+            x[np.random.default_rng(seed + 1000).permutation(N)[:n_flip]] *= -1
+            ups.append(Upload(operators.pattern_operator(x[None]), M, float("nan"), 1.0 - r * r))
+            pats = federation.Server(defense="support").round(ups, np.random.default_rng(seed)).patterns
+            out["one"][vi, si] = metrics.magnetization(pats, xi)
+            out["one_copy"][vi, si] = n_flip > 0 and _stored(pats, x)
+            # the federation: the attacker corrupts what it recovers, flipping n_flip_fed bits
+            n_fed = round((1.0 - m) * N_fed / 2)
+            xi_f = data.random_archetypes(K, N_fed, seed)
+            mix = data.static_mixture(T, 1, K)[:, 0]
+            good = [federation.ClientSpec(r=r, M=M, mixture=mix) for _ in range(n_good)]
+            beh = attacks.Targeted(seed=seed, flip_fraction=(n_fed + 0.5) / N_fed)
+            specs = good + [federation.ClientSpec(r=r, M=M, mixture=mix, behaviour=beh)]
+            h = federation.run_federation(xi_f, specs, T, seed, controller=controller, known_r=True,
+                                          defense="support", defense_params={"s": 2})
+            out["fed"][vi, si] = h.magnetization[-1]
+            out["fed_min"][vi, si] = h.magnetization[1:].min()
+            if n_fed:
+                fake = beh.fake_for(xi_f)[0]
+                out["fed_copy"][vi, si] = any(_stored(pt, fake) for pt in h.patterns)
+    params = {"m_values": ms, "N": N, "M": M, "r": r, "K": K, "n_good": n_good, "T": T, "N_fed": N_fed,
+              "controller": controller, "seeds": S, "rng": int(rng)}
+    return NearCopySweep(m_values=out["m"], one_shot=out["one"], one_shot_copy=out["one_copy"],
+                         federation=out["fed"], federation_min=out["fed_min"], federation_copy=out["fed_copy"],
+                         params=params)

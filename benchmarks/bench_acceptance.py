@@ -1,0 +1,52 @@
+"""A server round with acceptance="fresh" (fresh-data certification of the memory) against
+today's round (acceptance="paper") and one numpy.linalg.eigh, at N = 1000, K = 6 (issue 18 item 2).
+
+Two rounds: round 0 (no broadcast) and a later round in which every client blends the broadcast
+of the K archetypes at w = 0.5 (the fresh acceptance then subtracts it from every upload).
+Times are the best of 5 interleaved runs, as ratios measured in the same run.
+
+Run:  python benchmarks/bench_acceptance.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from _common import best_of, client_operators
+
+from fedlam.federation import Server
+from fedlam.metrics import spurious_count
+from fedlam.operators import aggregate, pattern_operator
+from fedlam.protocol import Upload
+
+N, K, L, M_c, r = 1000, 6, 3, 1000, 0.8
+
+
+def main() -> None:
+    xi, ops = client_operators(N, K, L, M_c, r, seed=1)
+    A = pattern_operator(xi)
+    first = [Upload(op, M_c, 1.0, 1 - r**2) for op in ops]
+    later = [Upload(0.5 * op + 0.5 * A, M_c, 0.5, 1 - r**2) for op in ops]
+    Js = aggregate(ops)
+    out = {}
+
+    def run(name, acceptance, uploads, broadcast):
+        def f():
+            out[name] = Server(acceptance=acceptance).round(uploads, np.random.default_rng(0), broadcast=broadcast)
+        return f
+
+    fns = {"paper, round 0": run("p0", "paper", first, None), "fresh, round 0": run("f0", "fresh", first, None),
+           "paper, with broadcast": run("p1", "paper", later, A), "fresh, with broadcast": run("f1", "fresh", later, A),
+           "eigh": lambda: np.linalg.eigh(Js)}
+    t = best_of(fns, repeats=5)
+    print(f"N = {N}, K = {K}, L = {L} clients x M_c = {M_c} examples, r = {r}")
+    print(f"one numpy.linalg.eigh : {t['eigh']:7.3f} s")
+    for key, (p, f) in {"round 0": ("p0", "f0"), "with broadcast": ("p1", "f1")}.items():
+        tp, tf = t[f"paper, {key}"], t[f"fresh, {key}"]
+        print(f"{key:15s}: paper {tp:6.3f} s ({tp / t['eigh']:.2f} x eigh), fresh {tf:6.3f} s "
+              f"({tf / t['eigh']:.2f} x eigh) = {tf / tp:.2f} x paper; patterns paper/fresh "
+              f"{out[p].patterns.shape[0]}/{out[f].patterns.shape[0]}, spurious "
+              f"{spurious_count(out[p].patterns, xi)}/{spurious_count(out[f].patterns, xi)}")
+
+
+if __name__ == "__main__":
+    main()
