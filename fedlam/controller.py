@@ -845,6 +845,11 @@ def estimate_quality(B_or_spectrum: np.ndarray | LocalSpectrum, M: int | None = 
         r_hat in [0, 1].
     """
     spec = _as_spectrum(B_or_spectrum, M)
+    tr = spec.trace / spec.N
+    if not abs(tr - 1.0) <= 1e-6:
+        # the bulk variance 1 - r^2 is in units where tr B = 1 (the +-1 batch operator eta^T eta / (N M))
+        raise ValueError(f"B_or_spectrum must be a batch operator eta^T eta / (N M) of +-1 examples, with "
+                         f"tr B = 1; got tr B = {tr:.6g} (a rescaled or noisy operator has no quality estimate)")
     s2 = fit_bulk(spec, tw_quantile).sigma2
     return float(math.sqrt(min(1.0, max(0.0, 1.0 - s2))))
 
@@ -973,6 +978,8 @@ def novelty_assessment(
         spectrum = _as_spectrum(B, M, "B")
     elif not isinstance(spectrum, LocalSpectrum):
         raise TypeError(f"spectrum must be a LocalSpectrum, got {_describe(spectrum)}")
+    elif B is not None:
+        raise ValueError("give B (with M) or spectrum, not both: spectrum would be used and B ignored")
     if spectrum.N != N:
         raise ValueError(f"spectrum has N = {spectrum.N} but A has shape {A.shape}")
     return _novelty(A, spectrum, w_floor, tw_quantile, sigma2)
