@@ -858,6 +858,7 @@ def _as_spectrum(B_or_spectrum: Any, M: int | None, name: str = "B_or_spectrum")
     if isinstance(B_or_spectrum, LocalSpectrum):
         return B_or_spectrum
     if isinstance(B_or_spectrum, np.ndarray):
+        check_operator(B_or_spectrum, name)
         return local_spectrum(B=B_or_spectrum, M=M)
     raise TypeError(f"{name} must be an (N, N) operator or a LocalSpectrum, got {_describe(B_or_spectrum)}")
 
@@ -1261,9 +1262,9 @@ def make_controller(kind: str | float, *, r: float | None = None, alpha: float =
     if isinstance(kind, numbers.Real) and not isinstance(kind, (bool, np.bool_)):
         if kwargs:
             raise TypeError(f"a constant controller takes no options, got {sorted(kwargs)}")
-        return ConstantController(check_in_range(kind, "controller", 0.0, 1.0))
+        return ConstantController(check_in_range(kind, "kind: controller", 0.0, 1.0))
     if kind == "paper":
         return PaperController(r=r, alpha=alpha, w_init=w_init, **kwargs)
     if kind == "novelty":
         return NoveltyController(r=r, alpha=alpha, w_init=w_init, **kwargs)
-    raise ValueError(f"controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")
+    raise ValueError(f"kind: controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")

@@ -435,6 +435,8 @@ def k_hat_fixed(values_dreamed: Any, tau: float = 0.5) -> KHatResult:
         vals = values_dreamed.values
     else:
         vals = _check_values(values_dreamed, "values_dreamed")
+        if vals.size == 0:
+            raise ValueError("values_dreamed must hold at least one eigenvalue, got an empty array")
     tau = check_real(tau, "tau")
     return KHatResult(int(np.sum(vals > tau)), tau, float("nan"), float("nan"), "fixed", {})
 

@@ -427,6 +427,11 @@ def lam_step(
 
     Ties ``sgn(0)`` give +1. Returns int8 (S, L, N). Derived in {ref}`sec-lam-fields`.
     """
+    if not isinstance(params, LAMParams):
+        raise TypeError(f"params must be a fedlam.lam.LAMParams, got {type(params).__name__} {params!r:.60}")
+    a = check_in_range(a, "a", 0.0, None)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     f = lam_fields(sigma, kernel, params.lam, params.H, h)
     x = np.tanh(params.beta * f)
     if a > 0:

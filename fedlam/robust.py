@@ -585,10 +585,7 @@ def upload_threshold(upload: Any, N: int, n_sigma: float = 4.0) -> float:
     if isinstance(M, (bool, np.bool_)) or not isinstance(M, numbers.Integral) or M < 0:
         raise TypeError(f"upload.batch_size must be an int >= 0, got {M!r}")
     N = check_positive_int(N, "N", minimum=2)
-    op = getattr(upload, "operator", None)
-    if isinstance(op, np.ndarray) and op.shape[0] != N:
-        raise ValueError(f"N must be the upload's dimension {op.shape[0]}, got {N}")
-    n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
+    n_sigma = check_real(n_sigma, "n_sigma")
     w = _fresh_weight(upload)
     if M == 0 or w <= 0.0:
         return float("nan")
