@@ -1471,7 +1471,8 @@ def estimate_k(
     # checked whatever the method, so that a wrong value is named even where it is not used
     if rng is not None:
         rng = as_rng(rng)
-    dream_time = check_in_range(dream_time, "dream_time", 0.0, None, low_open=True)
+    if not check_real(dream_time, "dream_time", finite=False) >= 0.0:  # as dream_eigenvalues: t >= 0, inf allowed
+        raise ValueError(f"dream_time must be a real >= 0, got {dream_time!r}")
     tau = check_real(tau, "tau")
     if method == "shuffle":
         if not isinstance(J_or_spectrum, np.ndarray) or J_or_spectrum.ndim != 2:

@@ -236,11 +236,13 @@ def test_row16_absent_probability_large_L():
     assert float(out.value) == 0.0
 
 
-@pytest.mark.parametrize("L, h, n", [(10, 3, 4), (50, 7, 20), (200, 1, 199), (60, 0, 30), (5, 5, 0)])
+@pytest.mark.parametrize("L, h, n", [(10, 3, 4), (50, 7, 20), (200, 1, 199), (60, 0, 30), (5, 5, 0),
+                                     (5000, 10, 300), (20000, 3, 19000), (1001, 1000, 1)])
 def test_row16_absent_probability_matches_comb(L, h, n):
     import math
     exact = math.comb(L - h, n) / math.comb(L, n) if n <= L - h else 0.0
-    assert participation.absent_probability(L, h, n) == pytest.approx(exact, rel=1e-12)
+    # exact integers up to L = 1000, lgamma beyond (relative error ~ L * 1e-16)
+    assert participation.absent_probability(L, h, n) == pytest.approx(exact, rel=1e-12 if L <= 1000 else 1e-9)
 
 
 # ----------------------------------------------------------------------------------------
@@ -292,6 +294,12 @@ SRC = ArraySource(ETA, 100)
 ], ids=["eps", "dream_steps", "rng", "tau", "client-N", "novelty-B-and-spectrum"])
 def test_row19_contradictions(call, name):
     assert_refused(call, name)
+
+
+def test_row19_estimate_k_checks_unused_arguments_but_keeps_their_range():
+    assert spectral.estimate_k(J, "mp", rng=0).k_hat == K_TRUE  # an int seed is still fine
+    assert spectral.estimate_k(J, "fixed", dream_time=0).k_hat == 0  # t = 0: raw eigenvalues < tau
+    assert_refused(lambda: spectral.estimate_k(J, "mp", dream_time=-1.0), "dream_time")
 
 
 def test_row19_memory_keeps_accepts_r_1():
