@@ -655,6 +655,20 @@ class LocalSpectrum:
     trace: float
     complete: bool = False
 
+    def __post_init__(self) -> None:
+        N = check_positive_int(self.N, "N", minimum=2)
+        check_positive_int(self.M, "M")
+        v, V = self.values, self.vectors
+        if not isinstance(v, np.ndarray) or not np.issubdtype(v.dtype, np.floating) or v.ndim != 1:
+            raise TypeError(f"values must be a 1-D float numpy array, got {_describe(v)}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("values must be finite")
+        if not isinstance(V, np.ndarray) or not np.issubdtype(V.dtype, np.floating) or V.shape != (N, v.size):
+            raise ValueError(f"vectors must be a float (N, len(values)) = ({N}, {v.size}) array, got {_describe(V)}")
+        check_real(self.trace, "trace")
+        if not isinstance(self.complete, (bool, np.bool_)):
+            raise TypeError(f"complete must be a bool, got {_describe(self.complete)}")
+
     @property
     def q(self) -> float:
         """Aspect ratio ``N / M``."""
