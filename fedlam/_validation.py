@@ -25,6 +25,7 @@ __all__ = [
     "check_choice",
     "check_operator_list",
     "check_count",
+    "as_float_array",
 ]
 
 
@@ -198,6 +199,20 @@ def check_choice(x: Any, name: str, choices: tuple[str, ...]) -> str:
     if x not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {x!r}")
     return x
+
+
+def as_float_array(x: Any, name: str) -> np.ndarray:
+    """Convert a numeric array-like (array, list, scalar) to float64; strings, booleans and
+    non-numeric objects are refused (never parsed or cast)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a numeric array-like, got {_describe(x)}")
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # ragged nested sequences
+        raise TypeError(f"{name} must be a numeric array-like, got {_describe(x)} ({exc})") from None
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{name} must be a numeric array-like, got {_describe(x)} (dtype {a.dtype})")
+    return a.astype(np.float64)
 
 
 def check_count(x: Any, name: str, maximum: int, minimum: int = 1, why: str = "") -> int:

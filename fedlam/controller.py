@@ -1277,6 +1277,8 @@ def make_controller(kind: str | float, *, r: float | None = None, alpha: float =
         if kwargs:
             raise TypeError(f"a constant controller takes no options, got {sorted(kwargs)}")
         return ConstantController(check_in_range(kind, "kind: controller", 0.0, 1.0))
+    if not isinstance(kind, str):
+        raise TypeError(f"kind: controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")
     if kind == "paper":
         return PaperController(r=r, alpha=alpha, w_init=w_init, **kwargs)
     if kind == "novelty":
