@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg  # scipy.sparse.linalg loads on first use (a Flower site never needs it)
 
-from fedlam._validation import check_operator
+from fedlam._validation import _describe, check_operator, check_positive_int, check_real
 
 
 # ----------------------------------------------------------------------------------------
@@ -58,6 +58,7 @@ class Spectrum:
     sum_sq: float
 
     def __post_init__(self) -> None:
+        _check_spectrum_fields(self)
         # Eigenvectors are defined up to sign, and the sign an eigensolver returns can change
         # between runs (its sums depend on memory alignment). Fix it: every column has a
         # positive inner product with one fixed generic vector, so seeds built from the
@@ -77,6 +78,33 @@ class Spectrum:
 
     def __len__(self) -> int:
         return int(self.values.shape[0])
+
+
+def _check_spectrum_fields(s: Spectrum) -> None:
+    """Validate a Spectrum's fields (a hand-built one included): finite descending float values,
+    vectors (N, k) matching them (or empty: no vectors), N >= 1, finite trace, sum_sq >= 0
+    (``inf`` allowed: the estimators rescale such a spectrum)."""
+    n = check_positive_int(s.n, "n")
+    v = s.values
+    if not isinstance(v, np.ndarray) or not np.issubdtype(v.dtype, np.floating) or v.ndim != 1:
+        raise TypeError(f"values must be a 1-D float numpy array, got {_describe(v)}")
+    if v.shape[0] > n:
+        raise ValueError(f"values must hold at most n = {n} eigenvalues, got {v.shape[0]}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"values must be finite, found {int((~np.isfinite(v)).sum())} NaN/inf entries")
+    if v.shape[0] > 1 and np.any(v[1:] > v[:-1]):
+        raise ValueError("values must be in descending order (largest eigenvalue first), "
+                         f"got values[{int(np.argmax(v[1:] > v[:-1]))}] < the next one")
+    V = s.vectors
+    if not isinstance(V, np.ndarray) or not np.issubdtype(V.dtype, np.floating) or V.ndim != 2:
+        raise TypeError(f"vectors must be a 2-D float numpy array, got {_describe(V)}")
+    if V.size and V.shape != (n, v.shape[0]):
+        raise ValueError(f"vectors must have shape (n, len(values)) = ({n}, {v.shape[0]}) or be empty, "
+                         f"got shape {V.shape}")
+    check_real(s.trace, "trace")
+    ss = check_real(s.sum_sq, "sum_sq", finite=False)  # +inf: ||J||_F^2 of a huge operator overflows
+    if not ss >= 0.0:
+        raise ValueError(f"sum_sq must be >= 0 (||J||_F^2), got {s.sum_sq!r}")
 
 
 # documented and pickled under its public home

@@ -23,6 +23,9 @@ __all__ = [
     "check_real",
     "check_in_range",
     "check_choice",
+    "check_operator_list",
+    "check_count",
+    "as_float_array",
 ]
 
 
@@ -76,7 +79,11 @@ def check_pm1(x: Any, name: str, ndim: int | None = None, allow_empty: bool = Fa
 
 
 def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float = 1e-10) -> np.ndarray:
-    """Check a square, finite, float operator (symmetric by default). Returns ``J``."""
+    """Check a square, finite, float operator (symmetric by default). Returns ``J``.
+
+    Symmetry is checked relative to the operator's scale: ``max |J - J^T| <= atol max |J|``
+    (an absolute floor would accept any non-symmetric matrix multiplied by ``1e-12``).
+    """
     if not isinstance(J, np.ndarray):
         raise TypeError(f"{name} must be a numpy array (N, N), got {_describe(J)}")
     if not np.issubdtype(J.dtype, np.floating):
@@ -107,8 +114,9 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
             for b in range(a, n, tile):
                 d = J[a : a + tile, b : b + tile] - J[b : b + tile, a : a + tile].T
                 asym = max(asym, float(np.max(np.abs(d))))
-    if symmetric and asym > atol * max(scale, 1.0):
-        raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g}")
+    if symmetric and asym > atol * scale:
+        raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g} "
+                         f"(relative {asym / scale:.3g} of max |J| = {scale:.3g}, tolerance {atol:g})")
     return J
 
 
@@ -191,3 +199,44 @@ def check_choice(x: Any, name: str, choices: tuple[str, ...]) -> str:
     if x not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {x!r}")
     return x
+
+
+def as_float_array(x: Any, name: str) -> np.ndarray:
+    """Convert a numeric array-like (array, list, scalar) to float64; strings, booleans and
+    non-numeric objects are refused (never parsed or cast)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a numeric array-like, got {_describe(x)}")
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # ragged nested sequences
+        raise TypeError(f"{name} must be a numeric array-like, got {_describe(x)} ({exc})") from None
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{name} must be a numeric array-like, got {_describe(x)} (dtype {a.dtype})")
+    return a.astype(np.float64)
+
+
+def check_count(x: Any, name: str, maximum: int, minimum: int = 1, why: str = "") -> int:
+    """Check an integer in ``[minimum, maximum]``: a cap on a count that sets work or memory."""
+    v = check_positive_int(x, name, minimum=minimum)
+    if v > maximum:
+        raise ValueError(f"{name} must be <= {maximum}{' (' + why + ')' if why else ''}, got {v}")
+    return v
+
+
+def check_operator_list(ops: Any, name: str = "ops", symmetric: bool = False) -> list[np.ndarray]:
+    """Check a non-empty list of float (N, N) operators of one shape, each finite.
+
+    Symmetry is the producer's job (:class:`fedlam.protocol.Upload` checks it); set
+    ``symmetric`` to check it here too.
+    """
+    if isinstance(ops, (str, bytes, np.ndarray)) or not isinstance(ops, (list, tuple)):
+        raise TypeError(f"{name} must be a list of (N, N) float arrays, got {_describe(ops)}")
+    if len(ops) == 0:
+        raise ValueError(f"{name} must not be empty (at least one (N, N) operator), got 0 operators")
+    out = []
+    for i, op in enumerate(ops):
+        check_operator(op, f"{name}[{i}]", symmetric=symmetric)
+        if op.shape != ops[0].shape:
+            raise ValueError(f"{name}[{i}] must have the shape {ops[0].shape} of {name}[0], got {op.shape}")
+        out.append(op)
+    return out

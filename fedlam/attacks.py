@@ -47,6 +47,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from fedlam._validation import _describe, check_in_range, check_nonneg_int, check_pm1
+from fedlam.data import _check_alloc
 
 __all__ = [
     "BEHAVIOURS",
@@ -113,6 +114,7 @@ def fake_pattern(seed: int, N: int) -> np.ndarray:
     """
     seed = _check_seed(seed)
     N = check_nonneg_int(N, "N")
+    _check_alloc(N, 9, f"N = {N} (int64 draws and the int8 pattern)")
     return np.random.default_rng(seed).choice(np.array([-1, 1], dtype=np.int8), size=N)
 
 
@@ -123,6 +125,14 @@ def fake_in_memory(patterns: np.ndarray, fake: np.ndarray, archetypes: np.ndarra
     copy of the archetype a targeted fake was made from does not count)."""
     check_pm1(patterns, "patterns", ndim=2, allow_empty=True)
     check_pm1(fake, "fake", ndim=1)
+    if fake.size != patterns.shape[1]:
+        raise ValueError(f"fake must have length N = {patterns.shape[1]} (the patterns' columns), got {fake.size}")
+    if archetypes is not None:
+        check_pm1(archetypes, "archetypes", ndim=2, allow_empty=True)
+        if archetypes.shape[1] != patterns.shape[1]:
+            raise ValueError(f"archetypes must have N = {patterns.shape[1]} columns like patterns, "
+                             f"got shape {archetypes.shape}")
+    threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
     if patterns.shape[0] == 0:
         return False
     N = fake.size

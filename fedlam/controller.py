@@ -664,6 +664,20 @@ class LocalSpectrum:
     complete: bool = False
     noise_var: float = 0.0
 
+    def __post_init__(self) -> None:
+        N = check_positive_int(self.N, "N", minimum=2)
+        check_positive_int(self.M, "M")
+        v, V = self.values, self.vectors
+        if not isinstance(v, np.ndarray) or not np.issubdtype(v.dtype, np.floating) or v.ndim != 1:
+            raise TypeError(f"values must be a 1-D float numpy array, got {_describe(v)}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("values must be finite")
+        if not isinstance(V, np.ndarray) or not np.issubdtype(V.dtype, np.floating) or V.shape != (N, v.size):
+            raise ValueError(f"vectors must be a float (N, len(values)) = ({N}, {v.size}) array, got {_describe(V)}")
+        check_real(self.trace, "trace")
+        if not isinstance(self.complete, (bool, np.bool_)):
+            raise TypeError(f"complete must be a bool, got {_describe(self.complete)}")
+
     @property
     def q(self) -> float:
         """Aspect ratio ``N / M``."""
@@ -978,6 +992,11 @@ def estimate_quality(B_or_spectrum: np.ndarray | LocalSpectrum, M: int | None = 
         r_hat in [0, 1].
     """
     spec = _as_spectrum(B_or_spectrum, M)
+    tr = spec.trace / spec.N
+    if not abs(tr - 1.0) <= 1e-6:
+        # the bulk variance 1 - r^2 is in units where tr B = 1 (the +-1 batch operator eta^T eta / (N M))
+        raise ValueError(f"B_or_spectrum must be a batch operator eta^T eta / (N M) of +-1 examples, with "
+                         f"tr B = 1; got tr B = {tr:.6g} (a rescaled or noisy operator has no quality estimate)")
     s2 = fit_bulk(spec, tw_quantile).sigma2
     return float(math.sqrt(min(1.0, max(0.0, 1.0 - s2))))
 
@@ -986,6 +1005,7 @@ def _as_spectrum(B_or_spectrum: Any, M: int | None, name: str = "B_or_spectrum")
     if isinstance(B_or_spectrum, LocalSpectrum):
         return B_or_spectrum
     if isinstance(B_or_spectrum, np.ndarray):
+        check_operator(B_or_spectrum, name)
         return local_spectrum(B=B_or_spectrum, M=M)
     raise TypeError(f"{name} must be an (N, N) operator or a LocalSpectrum, got {_describe(B_or_spectrum)}")
 
@@ -1106,6 +1126,8 @@ def novelty_assessment(
         spectrum = _as_spectrum(B, M, "B")
     elif not isinstance(spectrum, LocalSpectrum):
         raise TypeError(f"spectrum must be a LocalSpectrum, got {_describe(spectrum)}")
+    elif B is not None:
+        raise ValueError("give B (with M) or spectrum, not both: spectrum would be used and B ignored")
     if spectrum.N != N:
         raise ValueError(f"spectrum has N = {spectrum.N} but A has shape {A.shape}")
     return _novelty(A, spectrum, w_floor, tw_quantile, sigma2)
@@ -1387,9 +1409,11 @@ def make_controller(kind: str | float, *, r: float | None = None, alpha: float =
     if isinstance(kind, numbers.Real) and not isinstance(kind, (bool, np.bool_)):
         if kwargs:
             raise TypeError(f"a constant controller takes no options, got {sorted(kwargs)}")
-        return ConstantController(check_in_range(kind, "controller", 0.0, 1.0))
+        return ConstantController(check_in_range(kind, "kind: controller", 0.0, 1.0))
+    if not isinstance(kind, str):
+        raise TypeError(f"kind: controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")
     if kind == "paper":
         return PaperController(r=r, alpha=alpha, w_init=w_init, **kwargs)
     if kind == "novelty":
         return NoveltyController(r=r, alpha=alpha, w_init=w_init, **kwargs)
-    raise ValueError(f"controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")
+    raise ValueError(f"kind: controller must be 'paper', 'novelty' or a float in [0, 1], got {_describe(kind)}")

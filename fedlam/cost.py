@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fedlam._validation import check_nonneg_int, check_positive_int, check_real
+from fedlam._validation import as_float_array, check_nonneg_int, check_positive_int, check_real
 
 __all__ = [
     "EIGH_FLOPS_PER_N3",
@@ -207,8 +207,8 @@ def loglog_slope(sizes: npt.ArrayLike, values: npt.ArrayLike) -> float:
     float
         The fitted exponent ``a`` in ``values ≈ c · sizes**a``.
     """
-    x = np.asarray(sizes, dtype=np.float64)
-    y = np.asarray(values, dtype=np.float64)
+    x = as_float_array(sizes, "sizes")
+    y = as_float_array(values, "values")
     if x.ndim != 1 or y.ndim != 1 or x.shape != y.shape:
         raise ValueError(f"sizes and values must be 1-D of equal length, got shapes {x.shape} and {y.shape}")
     if x.size < 2:

@@ -27,6 +27,7 @@ from ._validation import (
     _describe,
     as_rng,
     check_choice,
+    check_count,
     check_nonneg_int,
     check_pm1,
     check_positive_int,
@@ -60,6 +61,10 @@ _DATA_FILE = Path(__file__).resolve().parent / "datasets" / "caltech101_silhouet
 #: Largest single array (bytes) the data, hopfield, controller and rmt modules allocate
 #: before refusing with a ValueError: 8 GiB. Checked before any work is done.
 MAX_ARRAY_BYTES = 8 * 2**30
+
+
+#: Largest number of clients (or archetypes) :func:`random_supports` deals (a Python loop each).
+MAX_CLIENTS = 100_000
 
 
 def _check_alloc(count: int, itemsize: int, what: str) -> None:
@@ -105,7 +110,8 @@ def random_archetypes(K: int, N: int, rng: np.random.Generator | int) -> np.ndar
     """
     K = check_positive_int(K, "K")
     N = check_positive_int(N, "N", minimum=2)
-    _check_alloc(K * N, 2, f"K x N = {K} x {N}")
+    # peak: the int8 bits, 2 * bits, 2 * bits - 1 and the int8 copy (4 bytes per entry)
+    _check_alloc(K * N, 4, f"K x N = {K} x {N}")
     gen = as_rng(rng)
     bits = gen.integers(0, 2, size=(K, N), dtype=np.int8)
     return (2 * bits - 1).astype(np.int8)
@@ -530,14 +536,17 @@ def random_supports(L: int, K: int, size: int, rng: np.random.Generator | int) -
     -------
     list of L sorted lists of int
     """
-    L = check_positive_int(L, "L")
-    K = check_positive_int(K, "K")
+    L = check_count(L, "L", MAX_CLIENTS, why="one Python list per client")
+    K = check_count(K, "K", MAX_CLIENTS, why="one Python loop step per archetype and client")
     size = check_positive_int(size, "size")
     if size > K:
         raise ValueError(f"size must be <= K = {K}, got {size}")
     if L * size < K:
         raise ValueError(f"L * size must be >= K = {K} so that the supports cover every archetype, "
                          f"got L={L}, size={size}")
+    if L * K > MAX_CLIENTS * 100:
+        raise ValueError(f"L * K must be <= {MAX_CLIENTS * 100} (a Python loop over archetypes per client), "
+                         f"got L = {L}, K = {K}")
     gen = as_rng(rng)
     perm = gen.permutation(K)
     sups: list[set[int]] = [set() for _ in range(L)]

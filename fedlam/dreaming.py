@@ -20,12 +20,16 @@ from typing import Any
 import numpy as np
 
 from fedlam._eig import Spectrum, _check_spectrum_of, _eig_full
-from fedlam._validation import check_in_range, check_operator, check_positive_int, check_real
+from fedlam._validation import check_count, check_in_range, check_operator, check_real
 
 __all__ = ["ZERO_RTOL", "dream_eigenvalues", "dream", "dream_literal"]
 
 #: eigenvalues below ``ZERO_RTOL * max(|lam|)`` are treated as exact zeros (rank deficiency).
 ZERO_RTOL = 1e-8
+
+#: Largest number of discrete dreaming steps (the paper uses 200; a step of
+#: :func:`dream_literal` is a dense N x N product). Refused before any work.
+MAX_DREAM_STEPS = 100_000
 
 
 # dreaming
@@ -85,12 +89,18 @@ def dream_eigenvalues(lam: Any, t: float, steps: int | None = None) -> np.ndarra
             if np.any(arr < -tol):
                 raise ValueError("lam must be >= 0 for t = inf (negative eigenvalues diverge)")
             return np.where(arr > tol, 1.0, 0.0)
-        den = 1.0 + t * arr
-        if np.any(den <= 0):
-            raise ValueError(f"1 + t*lam must be > 0 (the flow has a pole at lam = -1/t), got min {float(den.min())!r}")
-        return (1.0 + t) * arr / den
+        with np.errstate(over="ignore", invalid="ignore"):
+            den = 1.0 + t * arr
+            if np.any(den <= 0):
+                raise ValueError(f"1 + t*lam must be > 0 (the flow has a pole at lam = -1/t), "
+                                 f"got min {float(den.min())!r}")
+            out = (1.0 + t) * arr / den
+            if not np.all(np.isfinite(out)):  # t * lam overflowed: the same map with 1/t, bounded
+                u = 1.0 / t
+                out = np.where(np.isfinite(out), out, arr * (1.0 + u) / (u + arr))
+        return out
     t = _check_time(t, allow_inf=False)
-    n = check_positive_int(steps, "steps")
+    n = check_count(steps, "steps", MAX_DREAM_STEPS)
     eps = t / n
     out = arr.copy()
     for k in range(n):
@@ -159,7 +169,7 @@ def dream_literal(J: np.ndarray, eps: float, steps: int) -> np.ndarray:
     """
     check_operator(J, "J")
     eps = check_in_range(eps, "eps", 0.0, None, low_open=True)
-    n = check_positive_int(steps, "steps")
+    n = check_count(steps, "steps", MAX_DREAM_STEPS)
     X = np.array(J, dtype=np.float64, copy=True)
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(n):

@@ -214,6 +214,9 @@ class Client:
             if not isinstance(source, DataSource):
                 raise TypeError(f"source must be a fedlam.protocol.DataSource, got {_describe(source)}")
             self.N = int(source.N)
+            if N is not None and check_positive_int(N, "N", minimum=2) != self.N:
+                raise ValueError(f"N must be None or the source's dimension {self.N} (N is only needed for "
+                                 f"a poison client without a source), got {N}")
         if r is not None:
             check_quality(r)
         if privacy is not None and not callable(getattr(privacy, "apply", None)):

@@ -35,6 +35,7 @@ level, never spikes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,10 +44,11 @@ from typing import Any
 import numpy as np
 import scipy.linalg  # scipy.optimize / scipy.sparse.linalg load on first use (a Flower site needs neither)
 
-from fedlam._eig import Spectrum, _as_spectrum, _check_values, _eig_full, _top_values_spectrum
+from fedlam._eig import Spectrum, _as_spectrum, _check_spectrum_of, _check_values, _eig_full, _top_values_spectrum
 from fedlam._validation import (
     as_rng,
     check_choice,
+    check_count,
     check_in_range,
     check_operator,
     check_pm1,
@@ -81,6 +83,14 @@ __all__ = [
 ]
 
 K_METHODS = ("mp", "fixed", "shuffle", "tw", "free")
+
+#: Largest number of shuffles of :func:`k_hat_shuffle` (each one an eigenvalue computation).
+MAX_NULL = 10_000
+
+#: Bulk scales ``|a_c| q_c`` and ``a_c^2 q_c`` of a Component must lie within
+#: ``[1/_COMPONENT_RANGE, _COMPONENT_RANGE]``: the edge's root search works in ``G ~ 1/(a q)``
+#: and would under- or overflow beyond (rescale the operator instead).
+_COMPONENT_RANGE = 1e250
 
 
 # K-hat estimators
@@ -177,7 +187,43 @@ def _largest_passing(vals: np.ndarray, thr: np.ndarray) -> int:
 def _default_kmax(n: int, max_k: int | None) -> int:
     if max_k is None:
         return max(1, n // 4)
-    return check_positive_int(max_k, "max_k")
+    max_k = check_positive_int(max_k, "max_k")
+    if max_k > max(1, n // 2):
+        # with fewer than N/2 eigenvalues left the bulk's mean and variance no longer estimate
+        # the noise: scanning k up to N - 1 reads any spectrum as N - 1 outliers
+        raise ValueError(f"max_k must be <= N // 2 = {max(1, n // 2)} (the bulk must keep at least half "
+                         f"of the N = {n} eigenvalues), got {max_k}")
+    return max_k
+
+
+#: max|lam| outside [2**-_SAFE_EXP, 2**_SAFE_EXP]: the bulk moments (squares of eigenvalues)
+#: would under- or overflow, and the estimators rescale by an exact power of two first.
+_SAFE_EXP = 200
+
+
+def _pow2_scaled(spec: Spectrum) -> tuple[Spectrum, float]:
+    """``(spec / s, s)`` with ``s = 2**e`` bringing max|lam| into [0.5, 1) when it lies outside
+    ``2**(+-_SAFE_EXP)``; ``(spec, 1.0)`` otherwise (no change for ordinary operators).
+
+    A power of two is exact in floating point, so K-hat is the same at every scale."""
+    top = float(np.abs(spec.values).max(initial=0.0))
+    e = math.frexp(top)[1]
+    if top == 0.0 or abs(e) <= _SAFE_EXP:
+        return spec, 1.0
+    sc = math.ldexp(1.0, e)
+    vals = spec.values / sc
+    sum_sq = float(vals @ vals) if spec.complete else spec.sum_sq / sc / sc
+    return Spectrum(vals, spec.vectors, spec.n, spec.trace / sc, sum_sq), sc
+
+
+def _unscaled(res: KHatResult, sc: float) -> KHatResult:
+    """A K-hat result computed on ``spec / sc`` expressed in the units of ``spec``."""
+    details = dict(res.details)
+    if "edge" in details:
+        details["edge"] = details["edge"] * sc
+    if "noise_var" in details:
+        details["noise_var"] = details["noise_var"] * sc * sc
+    return dataclasses.replace(res, threshold=res.threshold * sc, sigma2=res.sigma2 * sc, details=details)
 
 
 def k_hat_mp(
@@ -248,6 +294,9 @@ def k_hat_mp(
     nv = check_in_range(noise_var, "noise_var", 0.0, None)
     if math.isinf(nv):
         raise ValueError(f"noise_var must be finite, got {noise_var!r}")
+    spec, sc = _pow2_scaled(spec)
+    if sc != 1.0:
+        return _unscaled(k_hat_mp(spec, q, margin, max_k, n_sigma, nv / sc / sc), sc)
     kmax = min(_default_kmax(spec.n, max_k), spec.n - 1, len(spec))
     m, v = _bulk_profile(spec, kmax)
     if nv > 0:
@@ -334,6 +383,9 @@ def k_hat_tw(
     alpha = check_in_range(alpha, "alpha", 0.0, 1.0, low_open=True, high_open=True)
     if M_eff is not None:
         M_eff = check_in_range(M_eff, "M_eff", 0.0, None, low_open=True)
+    spec, sc = _pow2_scaled(spec)
+    if sc != 1.0:
+        return _unscaled(k_hat_tw(spec, N, M_eff, alpha, max_k), sc)
     kmax = min(_default_kmax(spec.n, max_k), spec.n - 1, len(spec))
     m, v = _bulk_profile(spec, kmax)
     x = float(rmt.tw1_quantile(1.0 - alpha))
@@ -381,6 +433,8 @@ def k_hat_fixed(values_dreamed: Any, tau: float = 0.5) -> KHatResult:
         vals = values_dreamed.values
     else:
         vals = _check_values(values_dreamed, "values_dreamed")
+        if vals.size == 0:
+            raise ValueError("values_dreamed must hold at least one eigenvalue, got an empty array")
     tau = check_real(tau, "tau")
     return KHatResult(int(np.sum(vals > tau)), tau, float("nan"), float("nan"), "fixed", {})
 
@@ -460,7 +514,7 @@ def k_hat_shuffle(
     """
     check_operator(J, "J")
     gen = as_rng(rng)
-    n_null = check_positive_int(n_null, "n_null")
+    n_null = check_count(n_null, "n_null", MAX_NULL, why="each null sample is one eigenvalue computation")
     alpha = check_in_range(alpha, "alpha", 0.0, 1.0, low_open=True, high_open=True)
     if not isinstance(mp_correction, (bool, np.bool_)):
         raise TypeError(f"mp_correction must be a bool, got {type(mp_correction).__name__}")
@@ -469,6 +523,12 @@ def k_hat_shuffle(
         margin = check_in_range(margin, "margin", 0.0, None)
     n_sigma = check_in_range(n_sigma, "n_sigma", 0.0, None)
     N = J.shape[0]
+    if spectrum is not None:
+        if not isinstance(spectrum, Spectrum):
+            raise TypeError(f"spectrum must be a Spectrum of J or None, got {type(spectrum).__name__} {spectrum!r:.60}")
+        if spectrum.n != N:
+            raise ValueError(f"spectrum must be the spectrum of J (N = {N}), got N = {spectrum.n}")
+        _check_spectrum_of(spectrum, J)
     if spectrum is None or not spectrum.complete:
         spec = _eig_full(J)
     else:
@@ -726,8 +786,20 @@ def _component_arrays(components: Any, noise_var: Any) -> tuple[np.ndarray, np.n
     v = check_in_range(noise_var, "noise_var", 0.0, None)
     if math.isinf(v):
         raise ValueError(f"noise_var must be finite, got {noise_var!r}")
+    if v > _COMPONENT_RANGE:
+        raise ValueError(f"noise_var must be <= {_COMPONENT_RANGE:g} (rescale the operator), got {v!r}")
     a = np.array([float(c.scale) for c in components], dtype=np.float64)
     q = np.array([float(c.ratio) for c in components], dtype=np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        lo, hi = 1.0 / _COMPONENT_RANGE, _COMPONENT_RANGE
+        for j in np.flatnonzero(a):
+            i = int(j)
+            b, cc = abs(a[i]) * q[i], a[i] * a[i] * q[i]
+            if not (lo <= b <= hi and lo <= cc <= hi):
+                raise ValueError(
+                    f"components[{i}] = Component(scale={a[i]!r}, ratio={q[i]!r}) is out of range: "
+                    f"|scale| ratio and scale^2 ratio must lie in [1e-250, 1e250] (got {b:.3g} and "
+                    f"{cc:.3g}); rescale the operator")
     return a, q, v
 
 
@@ -913,7 +985,8 @@ def k_hat_components(
     values : numpy.ndarray or Spectrum
         The aggregate ``J`` (N, N), its (partial) Spectrum, or its eigenvalues.
     components : sequence of Component
-        The bulk components (see :func:`components_from_uploads`); may be empty.
+        The bulk components (see :func:`components_from_uploads`); may be empty (no bulk:
+        refused, with ``noise_var = 0``, when ``max_k`` or more eigenvalues are non-zero).
     noise_var : float
         Eigenvalue variance of Gaussian noise in ``J`` (``N sum_c omega_c^2 sigma_c^2``).
     margin : float or None
@@ -940,6 +1013,21 @@ def k_hat_components(
     >>> k_hat_components(J, [Component((1 - 0.8**2) / 400, 400 / 1200)]).k_hat
     3
     """
+    res = _k_hat_components(values, components, noise_var, margin, n_sigma, max_k)
+    if len(components) == 0 and res.details["noise_var"] == 0.0 and res.k_hat >= res.details["max_k"]:
+        # no bulk: every eigenvalue above rounding counts, which is right for an aggregate of
+        # exact broadcasts (low rank) and wrong for an operator with noise
+        raise ValueError(
+            f"components is empty and noise_var = 0 (no noise bulk: every non-zero eigenvalue counts), "
+            f"but the operator has at least max_k = {res.details['max_k']} non-zero eigenvalues; describe "
+            "its noise by components (see components_from_uploads) or noise_var; got components=[]")
+    return res
+
+
+def _k_hat_components(values: Any, components: Sequence[Component], noise_var: float = 0.0,
+                      margin: float | None = None, n_sigma: float = 4.0, max_k: int | None = None) -> KHatResult:
+    """:func:`k_hat_components`, also for an empty bulk (an aggregate of exact broadcasts: every
+    eigenvalue above rounding counts, K-hat is the rank); used by the server's defences."""
     spec = _as_spectrum(values, "values")
     a, q, v = _component_arrays(components, noise_var)
     if margin is not None:
@@ -1378,6 +1466,12 @@ def estimate_k(
     Derived in {ref}`sec-bbp-threshold`.
     """
     method = check_choice(method, "method", K_METHODS)
+    # checked whatever the method, so that a wrong value is named even where it is not used
+    if rng is not None:
+        rng = as_rng(rng)
+    if not check_real(dream_time, "dream_time", finite=False) >= 0.0:  # as dream_eigenvalues: t >= 0, inf allowed
+        raise ValueError(f"dream_time must be a real >= 0, got {dream_time!r}")
+    tau = check_real(tau, "tau")
     if method == "shuffle":
         if not isinstance(J_or_spectrum, np.ndarray) or J_or_spectrum.ndim != 2:
             raise TypeError("J_or_spectrum must be the (N, N) operator for method='shuffle' "

@@ -38,6 +38,7 @@ from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top
 from fedlam._validation import (
     as_rng,
     check_choice,
+    check_count,
     check_in_range,
     check_nonneg_int,
     check_operator,
@@ -45,6 +46,7 @@ from fedlam._validation import (
     check_positive_int,
     check_real,
 )
+from fedlam.data import _check_alloc
 
 __all__ = [
     "LAMParams",
@@ -74,6 +76,8 @@ ACCEPTS = ("subspace", "score")
 SEARCHES = ("span", "lam")
 #: largest number of dynamics / search steps accepted (refused before any work)
 MAX_STEPS = 100_000
+#: largest number of LAM seeds per attempt (each one an N-vector run through the dynamics)
+MAX_SEEDS = 100_000
 
 
 # ----------------------------------------------------------------------------------------
@@ -223,7 +227,7 @@ class LAMParams:
         check_choice(self.k_method, "k_method", _sp.K_METHODS)
         check_real(self.tau, "tau")
         if self.n_seeds is not None:
-            check_positive_int(self.n_seeds, "n_seeds")
+            check_count(self.n_seeds, "n_seeds", MAX_SEEDS)
         if self.dedup is not None:
             check_in_range(self.dedup, "dedup", 0.0, 1.0, low_open=True)
         check_choice(self.accept, "accept", ACCEPTS)
@@ -328,7 +332,8 @@ def make_kernel(
     kind = check_choice(kind, "kind", KERNELS)
     if not isinstance(spec, _sp.Spectrum):
         raise TypeError(f"spec must be a Spectrum, got {type(spec).__name__}")
-    if k_hat < 0 or k_hat > len(spec):
+    k_hat = check_nonneg_int(k_hat, "k_hat")
+    if k_hat > len(spec):
         raise ValueError(f"k_hat must lie in [0, {len(spec)}], got {k_hat}")
     if kind == "dense":
         if not spec.complete:
@@ -401,6 +406,8 @@ def lam_fields(
 
 def noise_schedule(params: LAMParams) -> np.ndarray:
     """Noise amplitude ``a_t`` for ``t = 0..steps-1``: 1 (uniform) or a linear anneal."""
+    if not isinstance(params, LAMParams):
+        raise TypeError(f"params must be a fedlam.lam.LAMParams, got {type(params).__name__} {params!r:.60}")
     if params.noise == "uniform":
         return np.ones(params.steps)
     if params.steps == 1:
@@ -420,6 +427,11 @@ def lam_step(
 
     Ties ``sgn(0)`` give +1. Returns int8 (S, L, N). Derived in {ref}`sec-lam-fields`.
     """
+    if not isinstance(params, LAMParams):
+        raise TypeError(f"params must be a fedlam.lam.LAMParams, got {type(params).__name__} {params!r:.60}")
+    a = check_in_range(a, "a", 0.0, None)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     f = lam_fields(sigma, kernel, params.lam, params.H, h)
     x = np.tanh(params.beta * f)
     if a > 0:
@@ -485,7 +497,9 @@ def seed_mixtures(vectors: np.ndarray, n_seeds: int, rng: np.random.Generator | 
         raise ValueError(f"vectors must have shape (N >= 2, K_hat >= 1), got {vectors.shape}")
     if not np.all(np.isfinite(vectors)):
         raise ValueError("vectors must be finite")
-    n_seeds = check_positive_int(n_seeds, "n_seeds")
+    n_seeds = check_count(n_seeds, "n_seeds", MAX_SEEDS)
+    _check_alloc(n_seeds * (vectors.shape[1] + 2 * vectors.shape[0]), 8,
+                 f"n_seeds = {n_seeds} seeds of N = {vectors.shape[0]} (coefficients, mixtures and the seeds)")
     gen = as_rng(rng)
     c = gen.standard_normal((vectors.shape[1], n_seeds))
     return np.where((vectors @ c).T >= 0, 1, -1).astype(np.int8)
@@ -1336,6 +1350,9 @@ def factorize_literal(
     check_operator(J, "J")
     gen = as_rng(rng)
     k_method = check_choice(k_method, "k_method", _sp.K_METHODS)
+    # checked here, not through LAMParams: its error would name dream_time = eps * dream_steps
+    eps = check_in_range(eps, "eps", 0.0, None, low_open=True)
+    dream_steps = check_count(dream_steps, "dream_steps", MAX_STEPS)
     p = LAMParams(layers=layers, lam=lam, beta=beta, H=H, steps=steps, noise="uniform",
                   external="clamped", kernel="dense", dream_time=eps * dream_steps, k_method=k_method,
                   tau=tau, n_seeds=n_seeds, dedup=dedup, accept="score")

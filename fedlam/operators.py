@@ -27,6 +27,7 @@ from ._validation import (
     check_prob_vector,
     check_quality,
 )
+from .data import _check_alloc
 
 __all__ = [
     "hebbian",
@@ -76,6 +77,10 @@ def hebbian(examples: np.ndarray) -> np.ndarray:
         raise ValueError(f"examples is an empty batch (M = 0 rows, shape {examples.shape}); "
                          "the Hebbian operator needs at least one example")
     dtype = np.float32 if M <= _F32_EXACT else np.float64
+    isz = np.dtype(dtype).itemsize
+    # peak: the converted examples, the Gram matrix in that dtype, its float64 copy and the result
+    _check_alloc(M * N * isz + N * N * (isz + 16), 1,
+                 f"examples of shape (M, N) = ({M}, {N}) (the examples as floats and three N x N matrices)")
     X: np.ndarray = examples.astype(dtype)
     G = X.T @ X
     return G.astype(np.float64) / (float(N) * float(M))
@@ -100,6 +105,9 @@ def pattern_operator(patterns: np.ndarray) -> np.ndarray:
     K, Nn = patterns.shape
     if Nn < 2:
         raise ValueError(f"patterns must have N >= 2 columns, got shape {patterns.shape}")
+    # peak: the patterns as float64, the product and the result
+    _check_alloc(8 * (K * Nn + 2 * Nn * Nn), 1,
+                 f"patterns of shape (K, N) = ({K}, {Nn}) (the patterns as floats and two N x N matrices)")
     if K == 0:
         return np.zeros((Nn, Nn))
     X = patterns.astype(np.float64)
@@ -277,6 +285,9 @@ def expected_operator(archetypes: np.ndarray, r: float, pi: np.ndarray) -> np.nd
         raise ValueError(f"archetypes must have N >= 2 columns, got shape {archetypes.shape}")
     r = check_quality(r)
     p = check_prob_vector(pi, "pi", size=K)
+    # peak: the archetypes as float64, their weighted transpose, the product and the result
+    _check_alloc(8 * (2 * K * N + 2 * N * N), 1,
+                 f"archetypes of shape (K, N) = ({K}, {N}) (two K x N float copies and two N x N matrices)")
     X = archetypes.astype(np.float64)
     E = (X.T * (r * r * p)) @ X
     E[np.diag_indices(N)] = 1.0  # (1 - r^2) + r^2 sum_mu pi_mu = 1

@@ -153,8 +153,12 @@ class Participation:
         return self.fraction == 1.0 and self.dropout == 0.0
 
     def check_clients(self, L: int) -> None:
-        """Check that ``join``/``leave`` (when given) have one entry per client."""
+        """Check that ``join``/``leave`` (when given) have one entry per client and that
+        ``min_clients`` can be reached with ``L`` clients."""
         L = check_positive_int(L, "L")
+        if self.min_clients > L:
+            raise ValueError(f"participation.min_clients must be <= L = {L} (the number of clients), "
+                             f"got min_clients = {self.min_clients}: every round would be skipped")
         for name in ("join", "leave"):
             v = getattr(self, name)
             if v and len(v) != L:
@@ -262,7 +266,11 @@ def absent_probability(L: int, holders: int, asked: int) -> float:
         raise ValueError(f"holders and asked must be <= L = {L}, got {h} and {n}")
     if n > L - h:
         return 0.0
-    return float(math.comb(L - h, n) / math.comb(L, n))
+    if L <= 1000:  # exact big-integer ratio
+        return float(math.comb(L - h, n) / math.comb(L, n))
+    # C(L-h, n) / C(L, n) = (L-h)! (L-n)! / (L! (L-h-n)!), in log space (O(1) for any L)
+    lg = math.lgamma
+    return math.exp(lg(L - h + 1) + lg(L - n + 1) - lg(L + 1) - lg(L - h - n + 1))
 
 
 def additive_threshold(sigma2: float, q: float) -> float:
@@ -294,7 +302,12 @@ def memory_keeps(w: float, r: float, q: float, N: int) -> bool:
     stays an outlier iff ``N (1 - w) > w (1 - r^2) sqrt(q) (1 + sqrt(q))``.
     Derived in {ref}`sec-deploy-participation`."""
     w = check_in_range(w, "w", 0.0, 1.0)
+    r = check_in_range(r, "r", 0.0, 1.0)  # r = 1 (noise-free) included, as everywhere
+    q = check_in_range(q, "q", 0.0, None, low_open=True)
     N = check_positive_int(N, "N")
     if w == 0.0:
         return True
-    return N * (1.0 - w) > additive_threshold(w * (1.0 - check_in_range(r, "r", 0.0, 1.0, high_open=True)**2), q)
+    s2 = w * (1.0 - r**2)
+    if s2 == 0.0:  # r = 1: no bulk, any broadcast strength N (1 - w) > 0 is an outlier
+        return N * (1.0 - w) > 0.0
+    return N * (1.0 - w) > additive_threshold(s2, q)

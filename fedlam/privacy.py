@@ -42,6 +42,7 @@ from scipy import optimize, special
 
 from fedlam._validation import (
     _describe,
+    as_float_array,
     as_rng,
     check_choice,
     check_in_range,
@@ -734,12 +735,12 @@ def mean_noise_var(sigmas: Any, weights: Any = None, blend: Any = None) -> float
     blend : array-like or None
         Blend weights ``w_c`` (None: 1, round 0).
     """
-    s = np.asarray(sigmas, dtype=np.float64)
+    s = as_float_array(sigmas, "sigmas")
     if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ValueError(f"sigmas must be a non-empty 1-D array of finite values >= 0, got {sigmas!r}")
     L = s.size
-    om = np.full(L, 1.0 / L) if weights is None else np.asarray(weights, dtype=np.float64)
-    wc = np.ones(L) if blend is None else np.asarray(blend, dtype=np.float64)
+    om = np.full(L, 1.0 / L) if weights is None else as_float_array(weights, "weights")
+    wc = np.ones(L) if blend is None else as_float_array(blend, "blend")
     for arr, name in ((om, "weights"), (wc, "blend")):
         if arr.shape != (L,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
             raise ValueError(f"{name} must be a 1-D array of {L} finite values >= 0, got {arr!r}")

@@ -26,6 +26,7 @@ from fedlam._validation import (
     check_choice,
     check_in_range,
     check_nonneg_int,
+    check_operator,
     check_pm1,
     check_prob_vector,
     check_quality,
@@ -76,6 +77,10 @@ class Upload:
                 raise ValueError(f"operator must be an (N, N) array or None, got {_describe(op)}")
             if not np.issubdtype(op.dtype, np.floating):
                 raise TypeError(f"operator must have a float dtype, got dtype {op.dtype}")
+            if op.shape[0] >= 2:
+                check_operator(op, "operator")  # finite and symmetric (the server relies on both)
+            elif not np.all(np.isfinite(op)):  # a 1 x 1 placeholder (the scalars are what count)
+                raise ValueError(f"operator must be finite, got {op!r}")
         check_nonneg_int(self.batch_size, "batch_size")
         if (isinstance(self.weight, (bool, np.bool_))
                 or not isinstance(self.weight, (int, float, np.integer, np.floating))):
