@@ -221,6 +221,11 @@ class Client:
             check_quality(r)
         if privacy is not None and not callable(getattr(privacy, "apply", None)):
             raise TypeError(f"privacy must have an apply(operator, batch_size, rng) method, got {_describe(privacy)}")
+        if getattr(privacy, "level", None) == "client" and not isinstance(controller, ctl.ConstantController):
+            # checked here too, not only in run_federation, so a Flower site refuses the combination
+            raise ValueError(f"client-level DP covers the operators, but an adaptive weight rule "
+                             f"({_describe(controller)}) sends a data-dependent weight in clear with every "
+                             "upload; use a constant weight with privacy.ClientLevelMechanism")
         self.kind = kind
         self.behaviour = None if behaviour is None else attacks.make_behaviour(behaviour)
         self.__t = 0

@@ -43,6 +43,9 @@ BAD = [
     (["--controller", "1.5"], "--controller", "1.5"),
     (["--fraction", "0"], "--fraction", "0"),
     (["--archetypes", "silhouettes"], "--archetypes silhouettes", "--N"),
+    # client-level DP sends a data-dependent weight in clear with an adaptive rule: refused
+    (["--privacy", '{"factory": "fedlam.privacy.ClientLevelMechanism", "clip": 0.5, "epsilon": 2, '
+      '"delta": 1e-6}'], "--privacy", "adaptive weight rule"),
 ]
 
 

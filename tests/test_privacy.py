@@ -816,3 +816,17 @@ def test_clip_is_idempotent():
     once, c = P.clip_operator(U, 0.7)
     twice, c2 = P.clip_operator(once, 0.7)
     assert c < 1 and c2 == 1.0 and np.array_equal(once, twice)
+
+
+def test_client_level_refused_with_an_adaptive_rule_by_the_client_itself():
+    """The refusal lives in Client, so a Flower site (which builds a Client, not a
+    run_federation) refuses the combination too; a constant weight is accepted."""
+    from fedlam import controller as ctl
+    from fedlam import federation
+    from fedlam.protocol import SyntheticSource
+
+    mech = P.ClientLevelMechanism(0.5, 2.0, 1e-6)
+    src = SyntheticSource(random_archetypes(3, 40, 0), M=10, r=0.8, mixture=np.full((1, 3), 1 / 3))
+    with pytest.raises(ValueError, match="adaptive weight rule"):
+        federation.Client(src, ctl.make_controller("novelty"), 0, privacy=mech)
+    federation.Client(src, ctl.make_controller(1.0), 0, privacy=mech)
