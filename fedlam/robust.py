@@ -381,7 +381,7 @@ def additive_spike_outlier(theta: float, components: Sequence[khat.Component],
 # ----------------------------------------------------------------------------------------
 # plain mean
 def mean_aggregate(ops: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    """``sum_c weights_c ops_c`` (no checks; the paper's aggregation, eq. ``server_agg``)."""
+    """``sum_c weights_c ops_c`` (no checks; the paper's aggregation, eq. (3.2))."""
     J = np.multiply(ops[0], weights[0])
     for w, op in zip(weights[1:], ops[1:], strict=True):
         J += w * op

@@ -156,13 +156,13 @@ def short_labels(numbers: dict[str, str]) -> dict[str, str]:
 
 def _citation_regex(names: list[str]) -> re.Pattern[str]:
     alt = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
-    token = rf"(?:\*|`)(?:eq:)?(?:{alt})(?:\*|`)"
+    token = rf"(?:\*|``?)(?:eq:)?(?:{alt})(?:\*|``?)"
     sep = r"(?:\s*(?:,\s*and|,|and|–|—|-|/)\s*)"
     # "eq." / "eqs." / "equation(s)" then one or more marked labels (line breaks allowed)
-    return re.compile(rf"(?P<word>\b(?:eqs?\.|[Ee]quations?))(?P<gap>\s+)(?P<list>{token}(?:{sep}{token})*)")
+    return re.compile(rf"(?P<word>\b(?:[Ee]qs?\.|[Ee]quations?))(?P<gap>\s+)(?P<list>{token}(?:{sep}{token})*)")
 
 
-_MARKED = re.compile(r"(?:\*|`)(?:eq:)?([A-Za-z][\w-]*)(?:\*|`)")
+_MARKED = re.compile(r"(?:\*|``?)(?:eq:)?([A-Za-z][\w-]*)(?:\*|``?)")
 
 
 def rewrite_text(text: str, numbers: dict[str, str]) -> tuple[str, list[tuple[str, str]]]:
@@ -174,13 +174,17 @@ def rewrite_text(text: str, numbers: dict[str, str]) -> tuple[str, list[tuple[st
     def repl(m: re.Match[str]) -> str:
         new_list = _MARKED.sub(lambda t: f"({names[t.group(1)]})", m.group("list"))
         word = m.group("word")
+        capital = word[0].isupper()
         if word.lower().startswith("equation"):
             word = "eqs." if word.lower().endswith("s") else "eq."
+        word = word.lower()
         # the book numbers its own equations "(chapter.n)" too: say whose equation it is
         # unless the sentence just did ("({cite:p}`paper`, eq. ...", "the paper's eq. ...")
         before = m.string[max(0, m.start() - 30) : m.start()]
         if not re.search(r"paper|\bits\s*$", before):
             word = f"paper {word}"
+        if capital:
+            word = word[0].upper() + word[1:]
         gap = m.group("gap") if "\n" in m.group("gap") else " "
         new = f"{word}{gap}{new_list}"
         changes.append((m.group(0), new))
@@ -239,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help=f"write {DATA.relative_to(ROOT)}")
     ap.add_argument("--rewrite", nargs="*", type=Path, default=[], help="notebooks to rewrite")
     ap.add_argument("--list", nargs="*", type=Path, default=[], help="notebooks to list")
+    ap.add_argument(
+        "--rewrite-text", nargs="*", type=Path, default=[],
+        help="other text files (e.g. fedlam/*.py, whose docstrings cite the paper) to rewrite",
+    )
     args = ap.parse_args(argv)
 
     if args.write:
@@ -252,6 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         DATA.write_text(json.dumps(payload, indent=1) + "\n")
         print(f"{len(numbers)} equation labels -> {DATA.relative_to(ROOT)}")
     numbers = load_numbers()
+    for path in args.rewrite_text:
+        text = path.read_text()
+        new, changes = rewrite_text(text, numbers)
+        for old, rep in changes:
+            print(f"{path}: {old!r} -> {rep!r}")
+        if new != text:
+            path.write_text(new)
     for path in [*args.rewrite, *args.list]:
         changes = rewrite_notebook(path, numbers, write=path in args.rewrite)
         for i, old, new in changes:

@@ -10,11 +10,12 @@ or Ctrl-C. Exit codes: 0 done, 1 the federation failed (message says why), 2 bad
 Examples::
 
     python -m fedlam.flower local --clients 5 --rounds 10 --out run1
-    python -m fedlam.flower local --clients 5 --rounds 5 --archetypes silhouettes --mixture class \
-        --r 0.8 --M 200 --out run-784 --compare
-    python -m fedlam.flower local --data site0.npz site1.npz site2.npz --M 100 --rounds 5 --out mine
-    python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 --round-timeout 60 \
-        --kill-node 2 --kill-after-round 1 --out partial
+    python -m fedlam.flower local --clients 5 --rounds 5 --archetypes silhouettes \
+        --mixture class --r 0.8 --M 200 --out run-784 --compare
+    python -m fedlam.flower local --data site0.npz site1.npz site2.npz --M 100 --rounds 5 \
+        --out mine
+    python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 \
+        --round-timeout 60 --kill-node 2 --kill-after-round 1 --out partial
 
 ``python -m fedlam.flower app DIR`` writes the app project (a ``pyproject.toml`` whose
 components are imported from the installed ``fedlam``) that ``flwr run DIR FEDERATION``
