@@ -3,8 +3,9 @@
 The package behind the executable book. Data flows one way through a federation round::
 
     examples (client, private) -> Hebbian operator J_c -> [wire] -> server mean J_s
-      -> sharpen (dreaming flow) -> spectrum -> K_hat + seeds -> LAM dynamics -> candidates
-      -> prune + accept -> archetypes -> broadcast operator -> [wire] -> client blend (w_c(t))
+      -> sharpen (dreaming flow) -> spectrum -> K_hat + seeds -> LAM dynamics
+      -> candidates -> prune + accept -> archetypes -> broadcast operator -> [wire]
+      -> client blend (w_c(t))
 
 and the modules follow that flow: :mod:`fedlam.data`, :mod:`fedlam.operators`,
 :mod:`fedlam.rmt` (closed forms), :mod:`fedlam.spectral`, :mod:`fedlam.lam`,

@@ -1,6 +1,6 @@
 r"""Client-side plasticity controllers: how much a client trusts its fresh batch.
 
-At round ``t >= 1`` client ``c`` uploads the convex blend (paper eq. ``convex_comb``)
+At round ``t >= 1`` client ``c`` uploads the convex blend (paper eq. (3.4))
 
 .. math:: J_c^{(t)} = w_c(t)\, B + (1 - w_c(t))\, A,
 
@@ -97,7 +97,7 @@ batch 0. ``tests/test_controller.py`` recomputes this table.
 
 Smoothing
 ---------
-:func:`ema` is the paper's eq. ``w_ema`` with an explicit previous value. Controllers start
+:func:`ema` is the paper's eq. (4.20) with an explicit previous value. Controllers start
 from ``w_init`` (default 1: round 0 of the protocol uses local operators only, i.e.
 ``w_c(0) = 1``). On an empty batch every controller returns 0 (there is nothing to blend)
 and leaves its state unchanged. The novelty controller smooths only detected rounds; the
@@ -176,7 +176,7 @@ def _check_pair_ops(A: Any, B: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sign_agreement(A: np.ndarray, B: np.ndarray) -> float:
-    """Fraction of off-diagonal entries where ``sign(A_ij) = sign(B_ij)`` (paper eq. ``p_sign_agreement``).
+    """Fraction of off-diagonal entries where ``sign(A_ij) = sign(B_ij)`` (paper eq. (4.14)).
 
     An entry where either sign is 0 counts 1/2: the expected agreement of an undetermined
     sign with a fair coin. Even K̂ makes such ties in ``A = xî^T xî/N``; ``A = 0`` (K̂ = 0)
@@ -236,7 +236,7 @@ def binary_entropy(p: Any) -> Any:
 
 
 def h_min(r: Any) -> Any:
-    """The paper's noise floor ``H_min(r) = h2((1 + r^2)/2)`` (paper eq. ``H_min``).
+    """The paper's noise floor ``H_min(r) = h2((1 + r^2)/2)`` (paper eq. (4.17)).
 
     ``(1 + r^2)/2`` is ``P(eta_i eta_j = xi_i xi_j)`` for ONE example; a batch of M examples
     agrees with the archetype far more often (see the module notes). ``r = 0`` gives 1,
@@ -547,7 +547,7 @@ def sign_agreement_moments(r: float, M: int, pi: np.ndarray, N: int, memory: int
 
 
 def entropy_weight(A: np.ndarray, B: np.ndarray, r: float) -> float:
-    """The paper's entropy rule ``w = max(0, (H_AB - H_min(r)) / (1 - H_min(r)))`` (eq. ``w_entropy_rule``).
+    """The paper's entropy rule ``w = max(0, (H_AB - H_min(r)) / (1 - H_min(r)))`` (paper eq. (4.19)).
 
     Implemented faithfully: ``p`` = off-diagonal sign agreement (:func:`sign_agreement`,
     ties count 1/2), ``H_AB = h2(p)``, ``H_min`` from :func:`h_min`, result clipped to
@@ -606,7 +606,7 @@ def noise_client_paper_bound(N: int, r: float, n_sigma: float = 10.0) -> float:
 
 
 def ema(new: float, old: float, alpha: float) -> float:
-    """Exponential moving average ``alpha * new + (1 - alpha) * old`` (paper eq. ``w_ema``).
+    """Exponential moving average ``alpha * new + (1 - alpha) * old`` (paper eq. (4.20)).
 
     ``old`` is explicit: the first smoothed value needs an initial weight (controllers use
     ``w_init``). Derived in {ref}`sec-controller`.
@@ -1211,7 +1211,7 @@ class WeightDecision:
 class WeightController:
     """Base class: a per-client plasticity controller with EMA smoothing.
 
-    Subclasses implement :meth:`raw`. :meth:`update` applies the paper's EMA (eq. ``w_ema``)
+    Subclasses implement :meth:`raw`. :meth:`update` applies the paper's EMA (eq. (4.20))
     starting from ``w_init``; an empty batch returns 0 and leaves the state unchanged.
     Derived in {ref}`sec-controller`.
 
@@ -1287,7 +1287,7 @@ class WeightController:
 
 
 class PaperController(WeightController):
-    """The paper's entropy rule with EMA (eqs. ``w_entropy_rule``, ``w_ema``).
+    """The paper's entropy rule with EMA (paper eqs. (4.19), (4.20)).
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """The dreaming (unlearning) flow on a symmetric operator.
 
-The paper's iteration (eq. ``iter_JKS``) ``J_{k+1} = J_k + eps/(1+eps k) (J_k - J_k^2)`` acts
+The paper's iteration (eq. (2.17)) ``J_{k+1} = J_k + eps/(1+eps k) (J_k - J_k^2)`` acts
 on each eigenvalue separately, ``lam -> lam + eps_k lam (1 - lam)``. It is a forward-Euler
 discretisation of the logistic flow in the log-time ``s = log(1 + t)``, whose exact solution
 is ``lam(t) = (1 + t) lam / (1 + t lam)``; ``eps = 0.01`` for 200 steps is the flow time
@@ -47,7 +47,7 @@ def dream_eigenvalues(lam: Any, t: float, steps: int | None = None) -> np.ndarra
     the converged limit: 1 for every positive eigenvalue, 0 for a zero one (the projector on
     the range), which is why the flow time must stay finite.
 
-    ``steps=n``: the exact result of the paper's n-step iteration (eq. ``iter_JKS``) with
+    ``steps=n``: the exact result of the paper's n-step iteration (eq. (2.17)) with
     ``eps = t / n``, i.e. ``lam <- lam + eps/(1 + eps k) (lam - lam^2)`` for
     ``k = 0..n-1``. Applied in the eigenbasis this is *identical* to the matrix iteration,
     because every ``J_k`` is a polynomial in ``J``.
@@ -71,7 +71,7 @@ def dream_eigenvalues(lam: Any, t: float, steps: int | None = None) -> np.ndarra
 
     Examples
     --------
-    >>> round(float(dream_eigenvalues(0.2, 2.0)), 6)  # a raw signal eigenvalue ~ r^2 pi = 0.64/3
+    >>> round(float(dream_eigenvalues(0.2, 2.0)), 6)  # raw signal eigenvalue ~ r^2 pi
     0.428571
     """
     if isinstance(lam, (bool, np.bool_)):
@@ -152,7 +152,7 @@ def dream(J: np.ndarray, t: float, steps: int | None = None, spectrum: Spectrum 
 
 
 def dream_literal(J: np.ndarray, eps: float, steps: int) -> np.ndarray:
-    """The paper's dreaming iteration, literally (eq. ``iter_JKS``): test oracle and baseline.
+    """The paper's dreaming iteration, literally (paper eq. (2.17)): test oracle and baseline.
 
     ``J_{k+1} = J_k + eps/(1 + eps k) (J_k - J_k^2)``, ``J_0 = J``, for ``k = 0..steps-1``:
     ``steps`` dense N x N matrix products. Use :func:`dream` instead (same result, one

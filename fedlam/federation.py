@@ -7,8 +7,8 @@ Algorithm ``Fede_algo``) exactly. Derived in {ref}`sec-protocol`.
   ``J_c^(0) = eta^T eta / (N M)`` (no feedback yet, ``w_c(0) = 1``).
 * Round t >= 1: every client draws a new batch, computes its operator ``B``, chooses
   ``w_c(t)`` with its controller from ``B`` and the broadcast ``A = Ĵ_s^(t-1)``, and
-  uploads ``w_c(t) B + (1 - w_c(t)) A`` (paper eq. ``convex_comb``).
-* Every round the server averages the uploads (equal mean, paper eq. ``server_agg``, or
+  uploads ``w_c(t) B + (1 - w_c(t)) A`` (paper eq. (3.4)).
+* Every round the server averages the uploads (equal mean, paper eq. (3.2), or
   weighted), factorizes the mean with :func:`fedlam.lam.factorize`, and broadcasts
   ``Ĵ_s^(t) = xî^T xî / N`` (:func:`fedlam.operators.pattern_operator`; the zero matrix when
   nothing is accepted).

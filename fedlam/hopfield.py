@@ -87,7 +87,7 @@ def energy(J: np.ndarray, sigma: np.ndarray) -> float | np.ndarray:
 
 
 def hebbian_patterns(patterns: np.ndarray, zero_diagonal: bool = False) -> np.ndarray:
-    """Hebb's rule for stored patterns: ``J = xi^T xi / N`` (paper eq. hebb).
+    """Hebb's rule for stored patterns: ``J = xi^T xi / N`` (paper eq. (2.2)).
 
     Derived in {ref}`sec-hebb`.
 

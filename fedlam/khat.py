@@ -415,7 +415,7 @@ def k_hat_tw(
 
 
 def k_hat_fixed(values_dreamed: Any, tau: float = 0.5) -> KHatResult:
-    """The paper's rule: count dreamed eigenvalues above a fixed ``tau`` (eq. ``keff``).
+    """The paper's rule: count dreamed eigenvalues above a fixed ``tau`` (paper eq. (B.5)).
 
     Not scale-aware. A raw example kernel has signal eigenvalues ``~ r^2 pi_mu`` (0.21 for
     r = 0.8, K = 3), about 0.44 after the default flow ``t = 2``: below ``tau = 0.5``, so

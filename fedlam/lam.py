@@ -6,8 +6,8 @@ Pipeline of :func:`factorize` (paper, section "Factorization procedure" and Algo
 2. ``K_hat`` from a scale-aware estimator (:func:`fedlam.spectral.estimate_k`, MP edge by
    default) -- never the true K;
 3. seeds: sign-mixtures ``sgn(sum_d c_d v_d)``, ``c ~ N(0, 1)``, of the ``K_hat`` leading
-   eigenvectors (eq. ``lin_comb_fatt_spurious``);
-4. LAM dynamics (eqs. ``net_field``, ``intra``, ``inter``, ``update_MC_iclr``), all seeds and
+   eigenvectors (paper eq. (2.21));
+4. LAM dynamics (paper eqs. (2.9), (2.10), (2.11), (2.12)), all seeds and
    all layers in one (S, L, N) array;
 5. acceptance: a score (subspace fraction or the paper's quadratic score), greedy
    de-duplication by absolute overlap in descending score order, removal of *redundant*
@@ -92,7 +92,7 @@ class LAMParams:
         Number of layers L (default 3, the paper's example). Each seed yields L candidates.
     lam : float
         Anti-imitative inter-layer coupling lambda (paper table: 0.2). Must lie in
-        ``[0, 1/(L-1))`` so that the coupling matrix ``g`` of eq. ``g_struct`` is positive
+        ``[0, 1/(L-1))`` so that the coupling matrix ``g`` of paper eq. (2.7) is positive
         definite.
     beta : float
         Inverse temperature of the ``tanh`` (paper table: 2.5).
@@ -101,7 +101,7 @@ class LAMParams:
     steps : int
         Synchronous updates per run (paper table: 50).
     noise : {"annealed", "uniform"}
-        ``"uniform"``: ``u ~ U[-1, 1]`` as written in eq. ``update_MC_iclr``;
+        ``"uniform"``: ``u ~ U[-1, 1]`` as written in paper eq. (2.12);
         ``"annealed"`` (default): ``u ~ U[-a_t, a_t]`` with ``a_t`` going linearly from
         ``noise_scale`` to ``min_scale`` (the table's ``noise_scale``/``min_scale``).
     noise_scale, min_scale : float
@@ -358,7 +358,7 @@ def lam_fields(
     H: float,
     h: np.ndarray | None,
 ) -> np.ndarray:
-    """Effective fields of every layer of every seed (eqs. ``net_field``, ``intra``, ``inter``).
+    """Effective fields of every layer of every seed (paper eqs. (2.9), (2.10), (2.11)).
 
     ``hat h^a = J sigma^a - (lam/N) sum_{b != a} (J sigma^b)(sigma^b^T J sigma^a) + H h^a``.
     The inter-layer term needs only the per-seed L x L Gram matrix
@@ -476,7 +476,7 @@ def run_lam(
 def seed_mixtures(vectors: np.ndarray, n_seeds: int, rng: np.random.Generator | int) -> np.ndarray:
     """Sign-mixtures of eigenvectors: ``x^alpha = sgn(sum_d c_d v_d)``, ``c ~ N(0, 1)``.
 
-    Eq. ``lin_comb_fatt_spurious`` / Algorithm 1. Ties (``0``) give +1, so the result is
+    Paper eq. (2.21) / Algorithm 1. Ties (``0``) give +1, so the result is
     always +-1. Derived in {ref}`sec-lam-seeding`.
 
     Parameters
@@ -1341,7 +1341,7 @@ def factorize_literal(
     ``dream_literal`` (``dream_steps`` dense products), ``numpy.linalg.eigh`` of the result,
     K_hat by ``k_method`` (``"fixed"``: eigenvalues of ``J_KS`` above ``tau``, the paper;
     other methods are applied to the raw eigenvalues of ``J``), Gaussian sign-mixture seeds,
-    then for each seed a Python loop over steps and layers of eq. ``update_MC_iclr`` with the
+    then for each seed a Python loop over steps and layers of paper eq. (2.12) with the
     dense ``J_KS`` kernel, ``U[-1, 1]`` noise and the clamped seed as external field;
     duplicates removed in input order with the *signed* overlap ``q >= dedup`` (0.5), then
     acceptance ``zeta^T J_KS zeta / N >= tau``. No retries, no cap. Derived in

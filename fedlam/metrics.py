@@ -4,9 +4,9 @@
 * :func:`match` -- optimal one-to-one matching of reconstructed patterns to archetypes
   (Hungarian algorithm, {cite:p}`kuhn1955`, via ``scipy.optimize.linear_sum_assignment``).
 * :func:`magnetization` -- per-archetype |overlap| under that matching.
-* :func:`magnetization_max` -- the paper's eq. ``mag`` (max over reconstructed patterns).
+* :func:`magnetization_max` -- the paper's eq. (3.5) (max over reconstructed patterns).
 * :func:`spurious_count` -- reconstructed patterns that match no archetype.
-* :func:`frobenius_error` -- the paper's eq. ``fro``.
+* :func:`frobenius_error` -- the paper's eq. (3.6).
 
 Derived in {ref}`sec-protocol` (metrics) and discussed in {ref}`sec-errata` (why the
 max-overlap magnetization hides duplicates and junk).
@@ -124,7 +124,7 @@ def magnetization(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
 
     ``m_mu = |xi_hat^{nu(mu)} . xi^mu| / N`` where nu is the matching of :func:`match`;
     archetypes left unmatched (K_hat < K, in particular K_hat = 0) get 0. Unlike the
-    paper's eq. ``mag`` (:func:`magnetization_max`), one reconstructed pattern cannot
+    paper's eq. (3.5) (:func:`magnetization_max`), one reconstructed pattern cannot
     count for two archetypes. Derived in {ref}`sec-protocol`.
 
     Parameters
@@ -146,7 +146,7 @@ def magnetization(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
 
 
 def magnetization_max(patterns: np.ndarray, archetypes: np.ndarray) -> np.ndarray:
-    """The paper's magnetization (eq. ``mag``): ``max_nu |xi_hat^nu . xi^mu| / N``.
+    """The paper's magnetization (eq. (3.5)): ``max_nu |xi_hat^nu . xi^mu| / N``.
 
     The same reconstructed pattern may serve several archetypes (e.g. a mixture state
     with overlap 0.5 on three archetypes scores 0.5 on each). K_hat = 0 gives zeros.
@@ -192,7 +192,7 @@ def spurious_count(patterns: np.ndarray, archetypes: np.ndarray, threshold: floa
 
 
 def frobenius_error(J: np.ndarray, J_star: np.ndarray) -> float:
-    """Normalised Frobenius error ``||J - J*||_F / ||J*||_F`` (paper eq. ``fro``).
+    """Normalised Frobenius error ``||J - J*||_F / ||J*||_F`` (paper eq. (3.6)).
 
     Derived in {ref}`sec-protocol`.
 

@@ -5,11 +5,11 @@ Normalisation (used everywhere in fedlam): ``J = eta^T eta / (N M)``, so ``J_ii 
 
     E[N J] = (1 - r^2) I + N r^2 sum_mu pi_mu u_mu u_mu^T,   u_mu = xi^mu / sqrt(N).
 
-* :func:`hebbian` -- paper eq. ``hebb_examples`` (Derived in {ref}`sec-hebb`).
-* :func:`pattern_operator` -- ``xi^T xi / N``, paper eq. ``hebb`` (Derived in {ref}`sec-hopfield`).
+* :func:`hebbian` -- paper eq. (2.5) (Derived in {ref}`sec-hebb`).
+* :func:`pattern_operator` -- ``xi^T xi / N``, paper eq. (2.2) (Derived in {ref}`sec-hopfield`).
 * :func:`pseudo_inverse_kernel` -- the Kanter-Sompolinsky projector (Derived in {ref}`sec-pseudo-inverse`).
-* :func:`aggregate` -- server mean, paper eq. ``server_agg`` (Derived in {ref}`sec-protocol`).
-* :func:`blend` -- client convex combination, paper eq. ``convex_comb`` (Derived in {ref}`sec-protocol`).
+* :func:`aggregate` -- server mean, paper eq. (3.2) (Derived in {ref}`sec-protocol`).
+* :func:`blend` -- client convex combination, paper eq. (3.4) (Derived in {ref}`sec-protocol`).
 * :func:`expected_operator` -- ``E[J]`` in closed form (Derived in {ref}`sec-spiked`).
 """
 
@@ -43,7 +43,7 @@ _F32_EXACT = 2**24
 
 
 def hebbian(examples: np.ndarray) -> np.ndarray:
-    """Client Hebbian operator ``J = eta^T eta / (N M)`` (paper eq. ``hebb_examples``).
+    """Client Hebbian operator ``J = eta^T eta / (N M)`` (paper eq. (2.5)).
 
     Derived in {ref}`sec-hebb`.
 
@@ -87,7 +87,7 @@ def hebbian(examples: np.ndarray) -> np.ndarray:
 
 
 def pattern_operator(patterns: np.ndarray) -> np.ndarray:
-    """Broadcast operator ``xi^T xi / N`` of a set of +-1 patterns (paper eq. ``hebb``).
+    """Broadcast operator ``xi^T xi / N`` of a set of +-1 patterns (paper eq. (2.2)).
 
     Derived in {ref}`sec-hopfield`.
 
@@ -118,7 +118,7 @@ def pseudo_inverse_kernel(patterns: np.ndarray, rtol: float = 1e-10) -> np.ndarr
     """Kanter-Sompolinsky (pseudo-inverse) kernel ``J_KS = Xi^T C^{-1} Xi / N``.
 
     ``C = Xi Xi^T / N`` is the (K, K) overlap matrix; ``J_KS`` is the orthogonal projector
-    onto the span of the patterns (eq. ``KS_matrix``). Derived in {ref}`sec-pseudo-inverse`.
+    onto the span of the patterns (paper eq. (2.15)). Derived in {ref}`sec-pseudo-inverse`.
 
     Parameters
     ----------
@@ -182,7 +182,7 @@ def aggregate(
     operators: np.ndarray | Sequence[np.ndarray],
     weights: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Server aggregation: the mean (paper eq. ``server_agg``) or a weighted mean.
+    """Server aggregation: the mean (paper eq. (3.2)) or a weighted mean.
 
     Derived in {ref}`sec-protocol`.
 
@@ -218,7 +218,7 @@ def _aggregate(mats: Sequence[np.ndarray], w: np.ndarray | None) -> np.ndarray:
 
 
 def blend(local: np.ndarray, server: np.ndarray, w: float) -> np.ndarray:
-    """Client convex combination ``w * local + (1 - w) * server`` (paper eq. ``convex_comb``).
+    """Client convex combination ``w * local + (1 - w) * server`` (paper eq. (3.4)).
 
     Derived in {ref}`sec-protocol`.
 
@@ -256,7 +256,7 @@ def expected_operator(archetypes: np.ndarray, r: float, pi: np.ndarray) -> np.nd
     ``E[eta_i eta_j] = r^2 xi_i xi_j`` (independent flips), on the diagonal
     ``eta_i^2 = 1``, so ``E[J]_ii = 1/N`` exactly. Equivalently ``E[N J] = (1 - r^2) I +
     N r^2 sum_mu pi_mu u_mu u_mu^T`` with unit vectors ``u_mu = xi^mu / sqrt(N)`` -- the
-    factor N the paper's eq. ``spiked-decomp`` omits. Derived in {ref}`sec-spiked`.
+    factor N the paper's eq. (4.1) omits. Derived in {ref}`sec-spiked`.
 
     Parameters
     ----------
@@ -276,7 +276,7 @@ def expected_operator(archetypes: np.ndarray, r: float, pi: np.ndarray) -> np.nd
     -----
     E[J] is linear in pi, so for a server mean of L clients with equal r and equal batch
     sizes, ``E[J_s] = expected_operator(archetypes, r, pi_t)`` with ``pi_t`` the client
-    average of the mixtures (paper eq. ``global_mixture_round``). This is the teacher
+    average of the mixtures (paper eq. (2.23)). This is the teacher
     operator J* of the Frobenius error for a synthetic round.
     """
     check_pm1(archetypes, "archetypes", ndim=2)

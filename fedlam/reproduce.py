@@ -11,8 +11,8 @@ and writes under ``--out DIR``::
 
 Usage::
 
-    python -m fedlam.reproduce [--preset book|paper] [--only NAME ...] [--jobs N] [--out DIR]
-                               [--param FIELD=VALUE ...] [--notebooks DIR]
+    python -m fedlam.reproduce [--preset book|paper] [--only NAME ...] [--jobs N]
+                               [--out DIR] [--param FIELD=VALUE ...] [--notebooks DIR]
                                [--scheduler local|ADDRESS] [--workers N]
 
 Every argument is checked before any notebook starts (sizes are bounded: :data:`SIZE_LIMITS`),

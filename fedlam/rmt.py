@@ -8,7 +8,7 @@ second-moment matrix of M examples in dimension N, ``q = N / M``, bulk variance
 
 so the spike of archetype mu, in units of the bulk variance, is
 ``kappa_mu = N r^2 pi_mu / (1 - r^2)`` (:func:`spike_strength`). The paper's eq.
-``spike_strength_def`` omits the factor N (:func:`paper_spike_strength`).
+(4.2) omits the factor N (:func:`paper_spike_strength`).
 
 Contents
 --------
@@ -206,7 +206,7 @@ def mp_density(x: float | np.ndarray, q: float, sigma2: float = 1.0) -> float | 
 def spike_strength(r: float | np.ndarray, pi: float | np.ndarray, N: int) -> float | np.ndarray:
     """Spike strength ``kappa = N r^2 pi / (1 - r^2)`` of an archetype with exposure pi.
 
-    The corrected version of the paper's eq. ``spike_strength_def`` for the rescaled
+    The corrected version of the paper's eq. (4.2) for the rescaled
     operator ``N J``: ``E[N J] = (1 - r^2) [I + sum_mu kappa_mu u_mu u_mu^T]``. Derived in
     {ref}`sec-spiked`.
 
@@ -237,7 +237,7 @@ def spike_strength(r: float | np.ndarray, pi: float | np.ndarray, N: int) -> flo
 
 
 def paper_spike_strength(r: float | np.ndarray, pi: float | np.ndarray) -> float | np.ndarray:
-    """The paper's spike strength ``r^2 pi / (1 - r^2)`` (eq. ``spike_strength_def``).
+    """The paper's spike strength ``r^2 pi / (1 - r^2)`` (paper eq. (4.2)).
 
     It is N times too small: the paper writes ``E[N J] = sigma2 I + r^2 sum pi u u^T``
     but the signal term is ``N r^2 sum pi u u^T``. Kept for the errata comparison
@@ -316,7 +316,7 @@ def kappa_from_outlier(
     sigma2: float | np.ndarray = 1.0,
     below: str = "nan",
 ) -> float | np.ndarray:
-    """Invert :func:`outlier_location` on the supercritical branch (paper eq. ``kappa-inv``).
+    """Invert :func:`outlier_location` on the supercritical branch (paper eq. (B.8)).
 
     With ``x = lam / sigma2``, ``x = (1 + kappa)(1 + q/kappa)`` is the quadratic
     ``kappa^2 - (x - 1 - q) kappa + q = 0``, whose larger root
@@ -671,7 +671,7 @@ def blend_spectrum(
     kappa_held: np.ndarray | None = None,
     kappa_new: np.ndarray | None = None,
 ) -> BlendSpectrum:
-    r"""Spectrum of the blended upload ``N J_c = (1 - w) N A + w N B`` (paper eq. ``convex_comb``).
+    r"""Spectrum of the blended upload ``N J_c = (1 - w) N A + w N B`` (paper eq. (3.4)).
 
     ``A = X^T X / N`` is the broadcast of K_held orthogonal +-1 patterns (``N A`` has the
     eigenvalue N on their span), ``B`` the client's Hebbian operator of M examples of bulk

@@ -389,7 +389,7 @@ def additive_spike_outlier(theta: float, components: Sequence[khat.Component],
 # ----------------------------------------------------------------------------------------
 # plain mean
 def mean_aggregate(ops: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    """``sum_c weights_c ops_c`` (the paper's aggregation, eq. ``server_agg``); ``weights`` a
+    """``sum_c weights_c ops_c`` (the paper's aggregation, eq. (3.2)); ``weights`` a
     probability vector over the L operators (None: equal weights)."""
     ops = check_operator_list(ops, "ops")
     weights = _check_weights(weights, len(ops))

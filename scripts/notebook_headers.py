@@ -102,13 +102,19 @@ def config_macros(config: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
     return macros
 
 
-def repository_pip_url(config: Mapping[str, Any]) -> str:
-    """``git+<repository.url>@<repository.branch>`` from ``_config.yml``."""
+def repository_pip_url(config: Mapping[str, Any]) -> str | None:
+    """``git+<repository.url>@<repository.branch>`` from ``_config.yml``; None if the URL is empty.
+
+    The URL is empty until the book is published (``_config.yml``): there is then nothing to
+    install from, and the install cell says how to install from a clone instead.
+    """
     repo = config.get("repository") or {}
     url = repo.get("url")
     branch = repo.get("branch") or "main"
+    if url is None or (isinstance(url, str) and not url.strip()):
+        return None
     if not isinstance(url, str) or not url.startswith("https://"):
-        raise ValueError(f"_config.yml repository.url must be an https URL, got {url!r}")
+        raise ValueError(f"_config.yml repository.url must be empty or an https URL, got {url!r}")
     if not re.fullmatch(r"[A-Za-z0-9._/-]+", str(branch)):
         raise ValueError(f"_config.yml repository.branch is not a plain ref, got {branch!r}")
     return f"git+{url.rstrip('/')}@{branch}"
@@ -139,7 +145,24 @@ def tex_cell_source(macros: Mapping[str, tuple[str, int]]) -> str:
     return "\n".join([f"${defs}$", "", note])
 
 
-def install_cell_source(pip_url: str) -> str:
+NOT_INSTALLED = (
+    "fedlam is not installed: in a clone of the book's repository run "
+    "`pip install -r requirements.txt -e .`, then restart the kernel"
+)
+
+
+def install_cell_source(pip_url: str | None) -> str:
+    if pip_url is None:  # no published repository yet: nothing to install from
+        return "\n".join(
+            [
+                "# A kernel without fedlam: say how to install it (no repository URL is configured).",
+                "# Where fedlam is installed (a clone, Binder) this cell does nothing.",
+                "try:",
+                "    import fedlam  # noqa: F401",
+                "except ImportError as exc:",
+                f'    raise ImportError("{NOT_INSTALLED}") from exc',
+            ]
+        )
     if any(c in pip_url for c in "\"'\\\n"):
         raise ValueError(f"pip URL must not contain quotes, backslashes or newlines, got {pip_url!r}")
     return "\n".join(

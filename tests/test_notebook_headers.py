@@ -190,22 +190,41 @@ def test_missing_macro_config_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("repo", "match"),
-    [({"url": "http://x"}, "https URL"), ({}, "https URL"), ({"url": "https://x", "branch": "a b"}, "plain ref")],
+    [
+        ({"url": "http://x"}, "https URL"),
+        ({"url": 3}, "https URL"),
+        ({"url": "https://x", "branch": "a b"}, "plain ref"),
+    ],
 )
 def test_bad_repository_is_refused(repo: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         nh.repository_pip_url({"repository": repo})
 
 
+# the mechanism with a repository URL set (the book's config may leave it empty)
+SET_URL = "git+https://example.org/owner/fedlam@main"
+
+
+@pytest.mark.parametrize("repo", [{}, {"url": ""}, {"url": "  "}, {"url": None}])
+def test_empty_repository_means_no_pip_url(repo: dict) -> None:
+    assert nh.repository_pip_url({"repository": repo}) is None
+
+
 def test_pip_url_comes_from_config() -> None:
     repo = CONFIG["repository"]
-    assert PIP_URL == f"git+{repo['url']}@{repo['branch']}"
-    assert f'"{PIP_URL}"' in nh.install_cell_source(PIP_URL)
+    if repo.get("url"):
+        assert PIP_URL == f"git+{repo['url']}@{repo['branch']}"
+    else:
+        assert PIP_URL is None
+    assert nh.repository_pip_url({"repository": {"url": "https://example.org/owner/fedlam"}}) == SET_URL
+    assert f'"{SET_URL}"' in nh.install_cell_source(SET_URL)
     with pytest.raises(ValueError, match="quotes"):
         nh.install_cell_source('git+https://x"; import os')
 
 
-def _run_install_cell(monkeypatch: pytest.MonkeyPatch, fedlam_importable: bool) -> tuple[str, list]:
+def _run_install_cell(
+    monkeypatch: pytest.MonkeyPatch, fedlam_importable: bool, pip_url: str | None = SET_URL
+) -> tuple[str, list]:
     import fedlam
 
     calls: list = []
@@ -220,18 +239,28 @@ def _run_install_cell(monkeypatch: pytest.MonkeyPatch, fedlam_importable: bool) 
         monkeypatch.setitem(sys.modules, "fedlam", None)  # import fedlam -> ImportError
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        exec(compile(nh.install_cell_source(PIP_URL), "<install cell>", "exec"), {})
+        exec(compile(nh.install_cell_source(pip_url), "<install cell>", "exec"), {})
     return out.getvalue(), calls
 
 
-def test_install_cell_is_silent_when_fedlam_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    out, calls = _run_install_cell(monkeypatch, fedlam_importable=True)
+@pytest.mark.parametrize("pip_url", [SET_URL, None])
+def test_install_cell_is_silent_when_fedlam_is_installed(
+    monkeypatch: pytest.MonkeyPatch, pip_url: str | None
+) -> None:
+    out, calls = _run_install_cell(monkeypatch, fedlam_importable=True, pip_url=pip_url)
     assert out == "" and calls == []
 
 
 def test_install_cell_installs_when_fedlam_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     _, calls = _run_install_cell(monkeypatch, fedlam_importable=False)
-    assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", PIP_URL], True)]
+    assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", SET_URL], True)]
+
+
+def test_install_cell_without_repository_explains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No repository URL: nothing is installed from nowhere; the error says what to do."""
+    with pytest.raises(ImportError, match=r"pip install -r requirements.txt -e \."):
+        _run_install_cell(monkeypatch, fedlam_importable=False, pip_url=None)
+    assert "git+" not in nh.install_cell_source(None)
 
 
 def test_myst_nb_drops_the_header_cells(copies: list[Path]) -> None:

@@ -56,7 +56,7 @@ class DriftParams:
         Weight rules compared: floats are constant weights (0 = memory-driven, 1 = data-driven),
         ``"paper"`` the paper's entropy rule, ``"novelty"`` ours.
     ema_alpha : float
-        EMA coefficient of the adaptive rules (paper's eq. ``w_ema``; our choice 0.5).
+        EMA coefficient of the adaptive rules (paper's eq. (4.20); our choice 0.5).
     known_r : bool
         Whether clients' controllers use the true r (False: estimated from their own spectrum).
     seeds : int

@@ -7,9 +7,10 @@ strings passed through unchanged as keyword arguments, so a new option of
 :class:`fedlam.federation.Server` or :class:`fedlam.federation.Client` needs no change here.
 
 *Node config* (one per SuperNode, ``flower-supernode --node-config``): where the site's data
-come from. Either a synthetic source ::
+come from. Either a synthetic source (one line) ::
 
-    source="synthetic" client-index=0 archetype-seed=7 K=3 N=784 r=0.8 M=200 mixture="uniform"
+    source="synthetic" client-index=0 archetype-seed=7 K=3 N=784 r=0.8 M=200 \
+        mixture="uniform"
 
 or the site's own file of +-1 examples ::
 

@@ -13,11 +13,12 @@ interrupted.
 Examples::
 
     python -m fedlam.flower local --clients 5 --rounds 10 --out run1
-    python -m fedlam.flower local --clients 5 --rounds 5 --archetypes silhouettes --mixture class \
-        --r 0.8 --M 200 --out run-784 --compare
-    python -m fedlam.flower local --data site0.npz site1.npz site2.npz --M 100 --rounds 5 --out mine
-    python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 --round-timeout 60 \
-        --kill-node 2 --kill-after-round 1 --out partial
+    python -m fedlam.flower local --clients 5 --rounds 5 --archetypes silhouettes \
+        --mixture class --r 0.8 --M 200 --out run-784 --compare
+    python -m fedlam.flower local --data site0.npz site1.npz site2.npz --M 100 --rounds 5 \
+        --out mine
+    python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 \
+        --round-timeout 60 --kill-node 2 --kill-after-round 1 --out partial
     python -m fedlam.flower local --clients 5 --rounds 5 --behaviour '4:hidden:{"seed": 3}' \
         --defense support --compare --out attacked
 

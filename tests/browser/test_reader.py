@@ -1,0 +1,426 @@
+"""The reader test: every TOC page, opened as a reader opens it, within the book's limits.
+
+Each page listed in ``_toc.yml`` is opened in headless Chromium at 1400 x 900 (the built HTML
+in ``_build/html``, served on 127.0.0.1 as in ``test_html.py``) and measured once:
+
+==========================  ===========================================================
+limit                       what is measured
+==========================  ===========================================================
+``screens``                 page height / 900 <= 20 (API pages <= 60)
+``code_lines``              visible code-cell lines <= 60 (cells folded behind "Show code
+                            cell source" or removed are not visible)
+``cell_lines``              no visible code cell longer than 15 lines
+``checks_visible``          no visible ``assert`` line and no visible ``glue(`` line
+``long_lines``              no visible code line over 88 characters (it would scroll)
+``figures_captioned``       every visible output image sits in a figure with a caption
+``figures_scale``           every visible output image is shown at >= 0.6 of its pixel width
+``paper_labels``            no paper equation cited by its LaTeX label (labels from
+                            ``book/_data/paper_equations.json``)
+``no_nd``                   no "n.d." (a reference without a year)
+``no_placeholder``          no visible "placeholder"
+``summary_exercises``       a "Summary" and an "Exercises" section (chapters but the errata)
+==========================  ===========================================================
+
+Pages being restructured are listed in :data:`KNOWN_NONCOMPLIANT`, per (page, limit): those
+tests are ``xfail(strict=True)``, so a page that becomes compliant fails the run until its
+entry is removed. Every other (page, limit) must pass. :func:`test_limits_catch_a_bad_page`
+is the negative control on a synthetic page; the entries of today's chapter 3 are the negative
+control on a real one. Run ``python tests/browser/test_reader.py`` to print the measurements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _chromium import CHROMIUM, CHROMIUM_ARGS
+
+ROOT = Path(os.environ.get("FEDLAM_BOOK_ROOT", Path(__file__).resolve().parents[2]))
+HTML = ROOT / "_build" / "html"
+TOC = ROOT / "_toc.yml"
+EQUATIONS = Path(__file__).resolve().parents[2] / "book" / "_data" / "paper_equations.json"
+REQUIRE = os.environ.get("FEDLAM_REQUIRE_HTML", "") == "1"
+VIEWPORT = {"width": 1400, "height": 900}
+
+MAX_SCREENS = 20
+MAX_SCREENS_API = 60
+MAX_CODE_LINES = 60
+MAX_CELL_LINES = 15
+MAX_LINE_CHARS = 88
+MIN_IMAGE_SCALE = 0.6
+NO_SUMMARY_NEEDED = {"book/chapters/10_errata.html"}
+
+LIMITS = (
+    "screens",
+    "code_lines",
+    "cell_lines",
+    "checks_visible",
+    "long_lines",
+    "figures_captioned",
+    "figures_scale",
+    "paper_labels",
+    "no_nd",
+    "no_placeholder",
+    "summary_exercises",
+)
+
+_CH = "book/chapters/"
+_EX = "book/experiments/"
+# (page, limit) pairs that fail on this build, because their page is being restructured
+# (issue 17). Measured values are in the report of the session that listed them; remove an
+# entry as soon as its page complies (strict xfail makes the run fail until you do).
+_LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
+KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
+    _CH + "01_hopfield.html": (*_LAYOUT, "figures_captioned"),
+    _CH + "02_dreaming.html": (*_LAYOUT, "figures_captioned"),
+    _CH + "04_protocol.html": (*_LAYOUT, "figures_scale"),
+    _CH + "05_spiked.html": (*_LAYOUT, "figures_captioned"),
+    _CH + "06_concentration.html": (*_LAYOUT, "figures_captioned"),
+    _CH + "07_bbp.html": ("screens", *_LAYOUT, "figures_captioned"),
+    _CH + "08_controller.html": ("screens", *_LAYOUT),
+    _CH + "09_cost.html": _LAYOUT,
+    _CH + "10_errata.html": ("screens", *_LAYOUT),
+    _CH + "11_privacy.html": (*_LAYOUT, "figures_captioned", "summary_exercises"),
+    _CH + "12_robustness.html": ("screens", *_LAYOUT, "figures_captioned", "summary_exercises"),
+    _CH + "13_deployment.html": (*_LAYOUT, "summary_exercises"),
+    _EX + "bbp_panel.html": (*_LAYOUT, "figures_captioned"),
+    _EX + "adversarial.html": ("code_lines", "cell_lines", "long_lines", "figures_captioned"),
+    _EX + "drift.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
+    _EX + "novelty.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
+    _EX + "structured.html": (*_LAYOUT, "figures_captioned"),
+    _EX + "baselines.html": ("screens", *_LAYOUT, "figures_scale"),
+    _EX + "privacy.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
+    _EX + "cross_device.html": ("screens", *_LAYOUT, "figures_captioned", "figures_scale"),
+}
+
+
+def known(page: str, limit: str) -> bool:
+    return limit in KNOWN_NONCOMPLIANT.get(page, ())
+
+
+def _unavailable(reason: str) -> None:
+    if REQUIRE:
+        pytest.fail(f"{reason} (FEDLAM_REQUIRE_HTML=1)")
+    pytest.skip(reason)
+
+
+def toc_pages() -> list[str]:
+    """HTML paths of every file in _toc.yml, root first (as in test_html.py)."""
+    if not TOC.exists():
+        return []
+    import yaml
+
+    toc = yaml.safe_load(TOC.read_text())
+    files: list[str] = [toc["root"]]
+
+    def walk(entries: list[dict]) -> None:
+        for entry in entries:
+            if "file" in entry:
+                files.append(entry["file"])
+            for key in ("chapters", "sections", "parts"):
+                if key in entry:
+                    walk(entry[key])
+
+    for key in ("parts", "chapters", "sections"):
+        if key in toc:
+            walk(toc[key])
+    return [re.sub(r"\.(md|ipynb)$", "", f) + ".html" for f in files]
+
+
+PAGES = toc_pages()
+
+
+def paper_label_patterns() -> list[str]:
+    """Regex sources (for JavaScript) that find a paper equation cited by its label.
+
+    A citation is "eq." / "eqs." / "equation(s)" followed by one or more labels (with or
+    without ``eq:``), e.g. "eq. HamHam_quad_only_J" or "eqs. net_field, intra, inter"; a
+    label used as a symbol's name (``H_min(r) = ...``) is not a citation.
+    """
+    labels = json.loads(EQUATIONS.read_text())["equations"]
+    names = sorted({lab.split(":", 1)[-1] for lab in labels}, key=len, reverse=True)
+    one = r"(?:eq:)?(?:" + "|".join(re.escape(n) for n in names) + r")(?![\w-])"
+    sep = r"\s*(?:,\s*and|,|and|/|–|-)\s*"
+    return [rf"\b[Ee]q(?:uation)?s?\.?\s+{one}(?:{sep}{one})*"]
+
+
+# Runs in the page once MathJax has typeset it. Everything measured is what a reader sees.
+_MEASURE = r"""
+(args) => {
+  const [maxChars, labelPatterns] = args;
+  const visible = (el) => el.getClientRects().length > 0 &&
+      el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true});
+  const lines = (pre) => {
+    const ls = pre.innerText.replace(/\n+$/, '').split('\n');
+    return ls.length === 1 && ls[0] === '' ? [] : ls;
+  };
+  const article = document.querySelector('article') || document.body;
+  // code cells (MyST-NB): .cell_input; folded ones sit in a closed <details>
+  const cells = Array.from(article.querySelectorAll('.cell_input pre')).filter(visible);
+  const cellLines = cells.map(lines);
+  const codeLines = cellLines.flat();
+  // every visible literal block that is not an output or an API signature
+  const blocks = Array.from(article.querySelectorAll('pre'))
+      .filter(p => visible(p) && !p.closest('.cell_output, .output'));
+  const longLines = blocks.flatMap(lines).filter(l => l.length > maxChars);
+  const checks = codeLines.filter(l => /^\s*assert\b/.test(l) || /\bglue\(/.test(l));
+  // output images
+  const imgs = Array.from(article.querySelectorAll('.cell_output img, .output img'))
+      .filter(visible).map(img => {
+        const fig = img.closest('figure');
+        const cap = fig ? fig.querySelector('figcaption') : null;
+        return {src: (img.getAttribute('src') || '').slice(-60),
+                captioned: !!(cap && cap.innerText.trim().length > 0),
+                scale: img.naturalWidth ? img.getBoundingClientRect().width / img.naturalWidth : 0};
+      });
+  // prose (and printed outputs) without code and API signatures
+  const clone = article.cloneNode(true);
+  clone.querySelectorAll('.cell_input, script, style, .sig, mjx-container')
+       .forEach(e => e.remove());
+  const text = clone.innerText || '';
+  const labelHits = [];
+  for (const src of labelPatterns) {
+    const rx = new RegExp(src, 'g');
+    for (const m of text.matchAll(rx)) labelHits.push(m[0]);
+  }
+  const heads = Array.from(article.querySelectorAll('h1, h2, h3'))
+      .map(h => h.innerText.replace(/[#¶]/g, '').replace(/^[\d.]+\s*/, '').trim());
+  const bodyText = document.body.innerText || '';
+  return {
+    screens: document.documentElement.scrollHeight / window.innerHeight,
+    codeLines: codeLines.length,
+    maxCellLines: Math.max(0, ...cellLines.map(c => c.length)),
+    nCells: cells.length,
+    checks: checks.slice(0, 5), nChecks: checks.length,
+    longLines: longLines.slice(0, 3).map(l => l.slice(0, 100)), nLongLines: longLines.length,
+    images: imgs,
+    labelHits: labelHits.slice(0, 5), nLabelHits: labelHits.length,
+    nd: (bodyText.match(/\bn\.\s?d\./g) || []).length,
+    placeholder: (bodyText.match(/placeholder/gi) || []).length,
+    summary: heads.some(h => /^Summary\b/i.test(h)),
+    exercises: heads.some(h => /^Exercises?\b/i.test(h)),
+  };
+}
+"""
+
+
+def measure_page(page, labels: list[str]) -> dict:
+    """The measurements of the page loaded in ``page`` (a Playwright page)."""
+    has_mathjax = page.evaluate("() => typeof window.MathJax !== 'undefined'")
+    if has_mathjax:
+        page.wait_for_function(
+            "() => window.MathJax && window.MathJax.startup && window.MathJax.startup.promise"
+        )
+        page.evaluate("() => window.MathJax.startup.promise.then(() => true)")
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete)")
+    return page.evaluate(_MEASURE, [MAX_LINE_CHARS, labels])
+
+
+def violations(page_path: str, m: dict) -> dict[str, str]:
+    """Limit -> what is wrong, for every limit the measurements ``m`` break ({} if none)."""
+    out: dict[str, str] = {}
+    max_screens = MAX_SCREENS_API if page_path.startswith("book/api/") else MAX_SCREENS
+    if m["screens"] > max_screens:
+        out["screens"] = f"{m['screens']:.1f} screens > {max_screens}"
+    if m["codeLines"] > MAX_CODE_LINES:
+        out["code_lines"] = f"{m['codeLines']} visible code lines > {MAX_CODE_LINES}"
+    if m["maxCellLines"] > MAX_CELL_LINES:
+        out["cell_lines"] = f"a visible cell of {m['maxCellLines']} lines > {MAX_CELL_LINES}"
+    if m["nChecks"]:
+        out["checks_visible"] = f"{m['nChecks']} visible assert/glue( lines, e.g. {m['checks']}"
+    if m["nLongLines"]:
+        out["long_lines"] = f"{m['nLongLines']} visible lines > {MAX_LINE_CHARS} chars: {m['longLines']}"
+    uncaptioned = [i["src"] for i in m["images"] if not i["captioned"]]
+    if uncaptioned:
+        out["figures_captioned"] = f"{len(uncaptioned)} output images without a caption: {uncaptioned[:3]}"
+    small = [(i["src"], round(i["scale"], 2)) for i in m["images"] if i["scale"] < MIN_IMAGE_SCALE]
+    if small:
+        out["figures_scale"] = f"{len(small)} images shown below {MIN_IMAGE_SCALE}: {small[:3]}"
+    if m["nLabelHits"]:
+        out["paper_labels"] = f"{m['nLabelHits']} paper equations cited by label: {m['labelHits']}"
+    if m["nd"]:
+        out["no_nd"] = f'{m["nd"]} "n.d."'
+    if m["placeholder"]:
+        out["no_placeholder"] = f'{m["placeholder"]} visible "placeholder"'
+    is_chapter = page_path.startswith("book/chapters/") and page_path not in NO_SUMMARY_NEEDED
+    if is_chapter and not (m["summary"] and m["exercises"]):
+        missing = [s for s, ok in (("Summary", m["summary"]), ("Exercises", m["exercises"])) if not ok]
+        out["summary_exercises"] = f"no {' and no '.join(missing)} section"
+    return out
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """``directory`` over HTTP on a free port of 127.0.0.1, for the duration of the block."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    if not (HTML / "index.html").exists():
+        _unavailable(f"no built book at {HTML} (run `jupyter-book build .` first)")
+    with serve(HTML) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed")
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def measure_all(server: str, browser) -> dict[str, dict]:
+    """Every TOC page measured once (offline: requests to other hosts are aborted)."""
+    labels = paper_label_patterns()
+    context = browser.new_context(viewport=VIEWPORT)
+    context.route(
+        "**/*",
+        lambda route: route.continue_()
+        if route.request.url.startswith((server, "data:", "blob:"))
+        else route.abort(),
+    )
+    out: dict[str, dict] = {}
+    try:
+        for page_path in PAGES:
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            try:
+                response = page.goto(f"{server}/{page_path}", wait_until="load")
+                assert response is not None and response.status == 200, page_path
+                out[page_path] = measure_page(page, labels)
+            finally:
+                page.close()
+    finally:
+        context.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def measurements(server: str, browser) -> dict[str, dict]:
+    return measure_all(server, browser)
+
+
+def _cases() -> list:
+    cases = []
+    for page_path in PAGES:
+        for limit in LIMITS:
+            marks = []
+            if known(page_path, limit):
+                marks.append(pytest.mark.xfail(strict=True, reason="page not yet restructured"))
+            cases.append(pytest.param(page_path, limit, id=f"{page_path}::{limit}", marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("page_path", "limit"), _cases())
+def test_reader_limits(measurements: dict[str, dict], page_path: str, limit: str) -> None:
+    broken = violations(page_path, measurements[page_path])
+    assert limit not in broken, f"{page_path}: {broken[limit]}"
+
+
+def test_known_list_names_real_pages_and_limits() -> None:
+    """A stale entry (a page no longer in the TOC, a misspelt limit) would hide nothing."""
+    for page_path, limits in KNOWN_NONCOMPLIANT.items():
+        assert page_path in PAGES, f"{page_path} is not a TOC page"
+        assert set(limits) <= set(LIMITS), set(limits) - set(LIMITS)
+
+
+_BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>
+<article style="width: 800px">
+<h1>A bad chapter</h1>
+<p>As in [Alessandrelli et al., n.d.], eq. <em>HamHam_quad_only_J</em> and eq. hebb. A placeholder.</p>
+<div class="cell"><div class="cell_input"><pre>{code}</pre></div>
+<div class="cell_output"><img src="data:image/png;base64,{png}" width="{w}"></div></div>
+<div style="height: 30000px"></div>
+</article></body></html>
+"""
+
+
+def test_limits_catch_a_bad_page(browser) -> None:
+    """Negative control: a synthetic page that breaks every limit is caught on every limit."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 2), dpi=100)
+    ax.plot([0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    code_lines = [f"x{i} = {i}" for i in range(70)]
+    code_lines[3] = "assert x1 == 1"
+    code_lines[4] = 'glue("x", x1)'
+    code_lines[5] = "y = " + " + ".join(["x1"] * 40)
+    html = _BAD_PAGE.format(code="\n".join(code_lines), png=base64.b64encode(buf.getvalue()).decode(), w=100)
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_content(html)
+        m = measure_page(page, paper_label_patterns())
+    finally:
+        context.close()
+    broken = violations("book/chapters/99_bad.html", m)
+    assert set(broken) == set(LIMITS), set(LIMITS) - set(broken)
+
+
+def main() -> None:
+    """Print the measurements of every TOC page (needs the built book and Chromium)."""
+    from playwright.sync_api import sync_playwright
+
+    with serve(HTML) as url, sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            res = measure_all(url, b)
+        finally:
+            b.close()
+    print("| page | screens | visible code lines | longest visible cell | limits broken |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for page_path, m in res.items():
+        broken = violations(page_path, m)
+        print(f"| {page_path} | {m['screens']:.1f} | {m['codeLines']} | {m['maxCellLines']} | "
+              f"{', '.join(broken) or '-'} |")
+    print(json.dumps({p: sorted(violations(p, m)) for p, m in res.items()}))
+    for p, m in res.items():
+        for limit, why in violations(p, m).items():
+            print(f"{p} {limit}: {why}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
