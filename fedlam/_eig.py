@@ -301,11 +301,25 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
             e_i, s_i, sp_i = _bulk_scale(theta, i + 1, N, trace, sum_sq)
             if theta[i] > e_i + 2.0 * s_i and theta[i] - theta[i + 1] > 2.0 * s_i:
                 n_out, edge, s_tw, spread = i + 1, e_i, s_i, sp_i
+        # a bulk that is not Marchenko-Pastur (the semicircle of differentially private
+        # noise, a shift) makes the fit meaningless: its edge lies far above the values. Then
+        # use the scale of a square-root edge of the same variance, sqrt(v) N^{-2/3} (exact
+        # for a semicircle, 2-4 times smaller than Johnstone's for an MP bulk: conservative),
+        # and no relaxation below the edge (whose place is then unknown).
+        nb_out = N - n_out
+        m_b = (trace - float(theta[:n_out].sum())) / nb_out
+        v_b = max((sum_sq - float(theta[:n_out] @ theta[:n_out])) / nb_out - m_b * m_b, 0.0)
+        s_gen = math.sqrt(v_b) * N ** (-2.0 / 3.0)
+        top_bulk = float(theta[n_out]) if n_out < nb else edge
+        fit_ok = s_tw > 0 and edge <= top_bulk + 20.0 * s_tw
+        if not fit_ok:
+            edge, s_tw = top_bulk, s_gen
+            spread = max(spread, 4.0 * math.sqrt(v_b)) if spread > 0 else 4.0 * math.sqrt(v_b)
         nv = n_out if n_vectors is None else min(int(n_vectors), k)
         vec_tol = vec_rtol * scale
         # values within 4 TW scales of the fitted edge (where the K-hat thresholds lie) to
         # value_fraction TW; deeper ones relative to their distance below that band
-        depth = np.maximum(edge - 4.0 * s_tw - theta[:nb], 0.0)
+        depth = np.maximum(edge - 4.0 * s_tw - theta[:nb], 0.0) if fit_ok else np.zeros(nb)
         val_tol = np.maximum(value_fraction * s_tw + depth_fraction * depth, vec_tol)
         # error of a Ritz value ~ ||r||^2 / (gap to the eigenvalues the basis has not
         # captured): the residual lies in the uncaptured part, whose top the first Ritz value

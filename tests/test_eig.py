@@ -207,3 +207,21 @@ def test_check_spectrum_of_accepts_block_spectrum_and_rejects_others(spiked):
     other = _eig._eig_top(J + 1e-3 * np.eye(600), 16, "block")
     with pytest.raises(ValueError, match="spectrum must be a spectrum of J"):
         _eig._check_spectrum_of(other, J)
+
+
+@pytest.mark.parametrize("sigma", [1e-3, 4e-3])
+def test_block_on_a_noised_operator(sigma):
+    """A differentially private aggregate: MP bulk + Gaussian noise (not an MP shape)."""
+    from fedlam.privacy import add_symmetric_noise
+
+    J, _, _ = _spiked(600, 1800, 5, 0.8, 3, L=3)
+    J = add_symmetric_noise(J, sigma, np.random.default_rng(1))
+    w = scipy.linalg.eigh(J, eigvals_only=True)[::-1]
+    info: dict = {}
+    spec = _eig._eig_block(J, 16, info=info)
+    assert spec is not None
+    err = w[:16] - spec.values
+    assert np.all(err >= -1e-12 * w[0])
+    assert np.all(err <= _eig.VALUE_TW_FRACTION * info["tw_scale"])
+    # the noise's semicircle (radius 2 sigma sqrt N) sets the scale: sigma sqrt(N) N^{-2/3}, not the spikes'
+    assert info["tw_scale"] < 2.0 * sigma * 600**0.5 * 600 ** (-2 / 3)
