@@ -25,6 +25,7 @@ import time
 import tracemalloc
 
 import numpy as np
+from _common import best_of, client_operators
 
 import fedlam._eig as E
 from fedlam.federation import Server
@@ -32,7 +33,6 @@ from fedlam.metrics import magnetization, spurious_count
 from fedlam.operators import aggregate
 from fedlam.privacy import GaussianMechanism
 from fedlam.protocol import Upload
-from _common import best_of, client_operators
 
 
 def _load() -> str:
