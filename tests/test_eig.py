@@ -225,3 +225,18 @@ def test_block_on_a_noised_operator(sigma):
     assert np.all(err <= _eig.VALUE_TW_FRACTION * info["tw_scale"])
     # the noise's semicircle (radius 2 sigma sqrt N) sets the scale: sigma sqrt(N) N^{-2/3}, not the spikes'
     assert info["tw_scale"] < 2.0 * sigma * 600**0.5 * 600 ** (-2 / 3)
+
+
+def test_rounds_identical_to_the_arpack_rounds(spiked, monkeypatch):
+    """K_hat, patterns and magnetizations of a round are those of the previous solver (ARPACK)."""
+    from fedlam.metrics import magnetization
+
+    _, xi, ops, _, _ = spiked
+    ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
+    block = {d: Server(defense=d).round(ups, np.random.default_rng(2)) for d in (None, "support")}
+    monkeypatch.setattr(_eig, "_eig_block", lambda *a, **k: None)  # every spectrum takes the fallback
+    for d, rb in block.items():
+        ra = Server(defense=d).round(ups, np.random.default_rng(2))
+        assert rb.result.k_hat == ra.result.k_hat == 5
+        assert np.array_equal(rb.patterns, ra.patterns)
+        np.testing.assert_array_equal(magnetization(rb.patterns, xi), magnetization(ra.patterns, xi))
