@@ -258,8 +258,9 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     ``kappa`` times the bulk's scale has ``gamma`` of order one and converges in a few steps;
     the bulk values near the edge, ``lambda_j ~ edge - s (3 pi j / 2)^{2/3}``, have
     ``gamma ~ s / spread`` and set the count (:func:`_krylov_blocks`). The cap is twice that
-    count for the ``k``-th value plus 8; reaching it returns None (the caller falls back to
-    ARPACK, then ``eigh``).
+    count for the ``k``-th value plus 8, set once the fit of the bulk has settled (64 steps
+    if it never does); reaching it returns None (the caller falls back to ARPACK, then
+    ``eigh``).
 
     ``info`` (a dict) receives ``blocks`` (products with ``J``), ``products`` (columns
     multiplied), ``cap``, ``n_vectors``, ``tw_scale``, ``converged``.
@@ -313,6 +314,10 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         top_bulk = float(theta[n_out]) if n_out < nb else edge
         fit_ok = s_tw > 0 and edge <= top_bulk + 20.0 * s_tw
         if not fit_ok:
+            # the spikes, if any, are then the leading values set apart from the next one by
+            # more than 10 such scales (the bulk's values are packed at about one)
+            big = np.nonzero(theta[: min(k, nb - 1)] - theta[1 : min(k, nb - 1) + 1] > 10.0 * s_gen)[0]
+            n_out = int(big[-1]) + 1 if big.size else 0
             edge, s_tw = top_bulk, s_gen
             spread = max(spread, 4.0 * math.sqrt(v_b)) if spread > 0 else 4.0 * math.sqrt(v_b)
         nv = n_out if n_vectors is None else min(int(n_vectors), k)
@@ -349,13 +354,16 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         if conv[:k].all():
             return Spectrum(values=np.ascontiguousarray(theta[:k]), vectors=np.ascontiguousarray(Y[:, :k]),
                             n=N, trace=trace, sum_sq=sum_sq, residuals=rn[:k].copy())
-        if cap is None:
+        if cap is None and blocks >= 64:
+            return None  # the fit never settled (not a spectrum the solver is made for)
+        if cap is None and stable:
             # gap of the k-th value to the (b+1)-th, from the soft edge's eigenvalue spacing
+            # (computed once the fit has settled: before that the scale is not the bulk's)
             kb = max(k - n_out, 1)
             gap = s_tw * ((1.5 * math.pi * (b + 1 - n_out)) ** (2 / 3) - (1.5 * math.pi * kb) ** (2 / 3))
             gamma = gap / spread if spread > 0 else 1.0
             cap = 2 * _krylov_blocks(gamma, value_fraction * s_tw / max(spread, 1e-300)) + 8
-        if blocks >= cap:
+        if cap is not None and blocks >= cap:
             return None
         active = np.nonzero(~conv)[0]
         if Q.shape[1] + active.size > m_max:
