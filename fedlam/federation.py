@@ -348,6 +348,21 @@ class RoundResult:
     weights: np.ndarray | None
 
 
+def _check_operator_shape(J: Any, name: str) -> None:
+    """The O(1) part of ``check_operator``: an array of float dtype, square, N >= 2.
+
+    The O(N^2) part (finiteness, symmetry) runs once per round, on the aggregate.
+    """
+    if not isinstance(J, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array (N, N), got {_describe(J)}")
+    if not np.issubdtype(J.dtype, np.floating):
+        raise TypeError(f"{name} must have a float dtype, got dtype {J.dtype}")
+    if J.ndim != 2 or J.shape[0] != J.shape[1]:
+        raise ValueError(f"{name} must be a square (N, N) array, got shape {J.shape}")
+    if J.shape[0] < 2:
+        raise ValueError(f"{name} must have N >= 2, got shape {J.shape}")
+
+
 class Server:
     """The server: aggregates uploads, factorizes, broadcasts. Derived in {ref}`sec-protocol`.
 
@@ -475,7 +490,8 @@ class Server:
         return clip_operator(op, cp.clip)[0]
 
     def factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
-                  weights: np.ndarray | None = None, component_k: int = 16, extra_sigma: float = 0.0) -> Any:
+                  weights: np.ndarray | None = None, component_k: int = 16,
+                  start: np.ndarray | None = None, extra_sigma: float = 0.0) -> Any:
         """Run :func:`fedlam.lam.factorize` on the aggregate with the server's K-hat rule.
 
         Parameters
@@ -490,14 +506,25 @@ class Server:
         component_k : int
             Leading eigenvalues per upload for ``k_rule="fit"``; take ``>= 2 K_b + 8`` with
             ``K_b`` the rank of the last broadcast (it is blended into every honest upload).
+        start : numpy.ndarray or None
+            (N, j) approximate leading eigenvectors of ``J`` (the previous round's detected
+            ones) that warm-start the eigensolver (:func:`fedlam.lam.factorize`).
         extra_sigma : float
             Off-diagonal entry std of Gaussian noise the server added to ``J`` itself (central
             client-level DP), independent of the uploads' own noise.
         """
+        check_operator(J, "J")
+        return self._factorize(J, rng, uploads, weights, component_k, start, extra_sigma)
+
+    def _factorize(self, J: np.ndarray, rng: np.random.Generator, uploads: Sequence[Upload],
+                   weights: np.ndarray | None, component_k: int, start: np.ndarray | None,
+                   extra_sigma: float = 0.0) -> Any:
+        """:meth:`factorize` of an aggregate validated by :meth:`round` (no second check)."""
         params = dict(self.lam_params)
+        params["start"] = start
         L = len(uploads)
         if "k_method" in params:
-            return lam.factorize(J, rng=rng, **params)
+            return lam._factorize(J, rng=rng, **params)
         params["k_method"] = "free"
         if self.k_rule == "fit":
             # k_rule="fit" excludes secure aggregation: round() passes uploads with their operators
@@ -506,17 +533,25 @@ class Server:
             om = weights if weights is not None else np.full(L, 1.0 / L)
             sig = math.sqrt(sum(float(o) ** 2 * u.dp_sigma ** 2 for o, u in zip(om, uploads, strict=True))
                             + extra_sigma ** 2)
-            return lam.factorize(J, rng=rng, components=comps, component_weights=om, noise_sigma=sig, **params)
+            return lam._factorize(J, rng=rng, components=comps, component_weights=om, noise_sigma=sig, **params)
         comps, noise_var = khat.components_from_uploads(uploads, weights, N=J.shape[0])
         if not comps:  # no upload has a bulk (e.g. every client at w = 0): a bulk-free component
             comps = [khat.Component(0.0, 1.0)]
-        return lam.factorize(J, rng=rng, components=comps,
-                             noise_sigma=math.sqrt(noise_var / J.shape[0] + extra_sigma ** 2), **params)
+        return lam._factorize(J, rng=rng, components=comps,
+                              noise_sigma=math.sqrt(noise_var / J.shape[0] + extra_sigma ** 2), **params)
 
     def round(self, uploads: Sequence[Upload], rng: np.random.Generator,
               broadcast_rank: int = 0, aggregate: np.ndarray | None = None,
-              broadcast: np.ndarray | None = None) -> RoundResult:
+              broadcast: np.ndarray | None = None, start: np.ndarray | None = None) -> RoundResult:
         """One server step: aggregate, factorize, broadcast.
+
+        The round's entry point validates once: each upload's operator for type, dtype and
+        shape (O(1)), then the aggregate for finiteness and symmetry (one O(N^2) pass); only
+        when that fails are the uploads checked one by one, to name the culprit. A NaN or
+        inf in an upload reaches the aggregate; an asymmetric upload does too, unless
+        another upload cancels its asymmetry exactly, in which case the aggregate the server
+        factorizes is symmetric and valid. Uploads with weight 0 do not enter the aggregate
+        and are checked on their own.
 
         Parameters
         ----------
@@ -529,6 +564,14 @@ class Server:
             The weighted sum of the operators, already accumulated as the uploads arrived
             (:meth:`accumulate`; the uploads may then carry no operator). Only with
             ``k_rule="scalars"``: nothing else needs the individual operators.
+        broadcast : numpy.ndarray or None
+            The previous broadcast (used by ``defense="support"``).
+        start : numpy.ndarray or None
+            (N, j) approximate leading eigenvectors of this round's aggregate -- the
+            previous round's detected eigenvectors (``RoundResult.result.vectors``), which
+            span the broadcast the clients blended in. They warm-start the block eigensolver
+            (N >= 500): fewer products, the same result to the solver's tolerance
+            (derived in {ref}`sec-cost-block`).
         """
         if isinstance(uploads, Upload) or not isinstance(uploads, Sequence) or len(uploads) == 0:
             raise TypeError(f"uploads must be a non-empty list of Upload, got {_describe(uploads)}")
@@ -542,50 +585,64 @@ class Server:
                 raise ValueError("acceptance='fresh' needs every upload's operator, not a pre-summed aggregate")
             for c, u in enumerate(uploads):
                 check_operator(u.operator, f"uploads[{c}].operator")
-            ra = robust.aggregate(list(uploads), weights, "support", {"s": 1}, broadcast=broadcast)
-            return self._factorize_robust(ra, rng, weights)
+            ra = robust.aggregate(list(uploads), weights, "support", {"s": 1}, broadcast=broadcast, start=start)
+            return self._factorize_robust(ra, rng, weights, start)
         if self.defense is not None:
-            # robust aggregation needs every operator (checked here like the plain path)
+            # robust aggregation reads every operator on its own: each is checked here, and
+            # the operator the defence builds from them is not checked again
             for c, u in enumerate(uploads):
                 check_operator(u.operator, f"uploads[{c}].operator")
             if self.defense in ("median", "trimmed"):
                 weights = None          # unweighted estimators
-            ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast)
-            return self._factorize_robust(ra, rng, weights)
+            ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast,
+                                  start=start if self.defense == "support" else None)
+            return self._factorize_robust(ra, rng, weights, start)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
-                # the entry point of the server: every received operator is checked once, here
-                check_operator(u.operator, f"uploads[{c}].operator")
-                assert u.operator is not None  # check_operator raised otherwise
+                _check_operator_shape(u.operator, f"uploads[{c}].operator")
+                assert u.operator is not None  # checked above
                 if N is None:
                     N = u.operator.shape[0]
                 elif u.operator.shape[0] != N:
                     raise ValueError(f"uploads[{c}].operator must be ({N}, {N}) like uploads[0], "
                                      f"got {u.operator.shape}")
             J = self.aggregate(uploads, weights)
+            w_eff = weights if weights is not None else np.full(len(uploads), 1.0 / len(uploads))
+            for c, u in enumerate(uploads):
+                if w_eff[c] == 0.0:  # not in the aggregate: checked on its own
+                    check_operator(u.operator, f"uploads[{c}].operator")
+            try:
+                check_operator(J, "aggregate")
+            except ValueError:
+                for c, u in enumerate(uploads):  # name the upload that made the aggregate invalid
+                    check_operator(u.operator, f"uploads[{c}].operator")
+                raise
         else:
             if self.k_rule != "scalars":
                 raise ValueError(f"a pre-summed aggregate needs k_rule='scalars', got {self.k_rule!r}")
             J = check_operator(aggregate, "aggregate")
+        if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2 or start.shape[0] != J.shape[0]):
+            raise ValueError(f"start must be a float (N, j) array with N = {J.shape[0]}, got {_describe(start)}")
         seen = [u.without_operator() if (self.secure or u.operator is None) else u for u in uploads]
         extra = 0.0
         if self.client_privacy is not None:  # central variant: noise on the mean (distributed: none)
             J, extra = self.client_privacy.server_release(J, len(uploads), rng)
-        result = self.factorize(J, rng, seen, weights, component_k=max(16, 2 * broadcast_rank + 8),
-                                extra_sigma=extra)
+        result = self._factorize(J, rng, seen, weights, max(16, 2 * broadcast_rank + 8), start, extra)
         patterns = np.asarray(result.patterns, dtype=np.int8)
         return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
 
     def _factorize_robust(self, ra: robust.RobustAggregate, rng: np.random.Generator,
-                          weights: np.ndarray | None) -> RoundResult:
-        """Factorize a cleaned aggregate with the bulk its defence derived."""
+                          weights: np.ndarray | None, start: np.ndarray | None = None) -> RoundResult:
+        """Factorize a cleaned aggregate with the bulk its defence derived (the defence checked
+        the uploads it was built from: no second operator check)."""
         params = dict(self.lam_params)
         if "k_method" not in params:
             params["k_method"] = "free"
             params["components"] = ra.components or [khat.Component(0.0, 1.0)]
             params["noise_sigma"] = math.sqrt(ra.noise_var / ra.operator.shape[0])
-        result = lam.factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)
+        params["start"] = start
+        result = lam._factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)
         patterns = np.asarray(result.patterns, dtype=np.int8)
         return RoundResult(ra.operator, result, patterns, self.broadcast(patterns), weights)
 
@@ -941,6 +998,7 @@ def run_federation(
     # round 0: no feedback (None), or an empty memory the controllers can judge against
     broadcast = np.zeros((N, N)) if control_round0 else None
     k_broadcast = 0
+    start = None  # the last round's detected eigenvectors: they warm-start the next spectrum
     # sum the uploads as they arrive: O(N^2) memory (a defence needs every upload)
     stream = server.k_rule == "scalars" and not server.needs_uploads
     for t in range(T):
@@ -976,7 +1034,9 @@ def run_federation(
             uploads.append(up)
         # a defence removes the broadcast it sent from every upload (the clients' fresh evidence)
         kw = {"broadcast": broadcast} if server.needs_uploads else {}
-        rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, **kw)
+        rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
+        vec = getattr(rr.result, "vectors", None)
+        start = vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
         if reconstruct is not None:
             patterns = reconstruct(rr.result)
             if not isinstance(patterns, np.ndarray):

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fedlam import spectral as _sp
-from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top
+from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top, _ensure_vectors
 from fedlam._validation import (
     as_rng,
     check_choice,
@@ -659,8 +659,12 @@ def _remainder_hides_spikes(spec: _sp.Spectrum, max_k: int) -> bool:
 
 
 def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
-                     kw: dict | None = None) -> tuple[_sp.Spectrum, _sp.KHatResult]:
-    """Partial spectrum of ``J`` grown until the K-hat estimate is not limited by its length."""
+                     kw: dict | None = None, start: np.ndarray | None = None) -> tuple[_sp.Spectrum, _sp.KHatResult]:
+    """Partial spectrum of ``J`` grown until the K-hat estimate is not limited by its length.
+
+    The top eigenpairs come from the block solver (``fedlam._eig._eig_block``, warm-started
+    from ``start``), with the leading K_hat vectors converged for the search.
+    """
     N = J.shape[0]
     kw = kw or {}
     if p.kernel == "dense" or p.k_method == "shuffle":
@@ -672,7 +676,7 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         return spec, kres
     m = min(N, 16)
     while True:
-        spec = _eig_top(J, m)
+        spec = _eig_top(J, m, "server", start=start)
         kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         if m == N:
             return spec, kres
@@ -680,8 +684,9 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         if p.k_method in ("mp", "tw") and not limited:
             limited = _remainder_hides_spikes(spec, max(1, N // 4))
         if not limited:
-            return spec, kres
+            return _ensure_vectors(J, spec, kres.k_hat), kres
         m = min(N, 4 * m)  # 16 -> 64 -> 256 ...
+        start = spec.vectors
 
 
 @dataclass(frozen=True)
@@ -1112,6 +1117,7 @@ def factorize(
     components: Sequence[Any] | None = None,
     component_weights: np.ndarray | None = None,
     noise_sigma: float = 0.0,
+    start: np.ndarray | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
     """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> search -> accept.
@@ -1144,6 +1150,11 @@ def factorize(
         sigma_c^2)``). The K-hat edge becomes that of the bulk convolved with a semicircle of
         eigenvalue variance ``N noise_sigma^2``, and the in-span acceptance floor uses the
         eigenvector overlaps lowered by the noise (:func:`fedlam.khat.outlier_overlaps`).
+    start : numpy.ndarray or None
+        (N, j) approximate leading eigenvectors of ``J`` (e.g. the previous round's
+        ``FactorizeResult.vectors``) that warm-start the block eigensolver of the partial
+        spectrum (N >= 500). It changes the cost, not the result beyond the solver's
+        tolerance (derived in {ref}`sec-cost-block`).
 
     Returns
     -------
@@ -1177,6 +1188,29 @@ def factorize(
     (3, True)
     """
     check_operator(J, "J")
+    return _factorize(J, rng, params=params, spectrum=spectrum, components=components,
+                      component_weights=component_weights, noise_sigma=noise_sigma, start=start, **overrides)
+
+
+def _factorize(
+    J: np.ndarray,
+    rng: np.random.Generator | int | None = None,
+    *,
+    params: LAMParams | None = None,
+    spectrum: _sp.Spectrum | None = None,
+    components: Sequence[Any] | None = None,
+    component_weights: np.ndarray | None = None,
+    noise_sigma: float = 0.0,
+    start: np.ndarray | None = None,
+    **overrides: Any,
+) -> FactorizeResult:
+    """:func:`factorize` of an operator its caller has validated (the server's entry point)."""
+    if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2
+                              or start.shape[0] != J.shape[0] or not np.issubdtype(start.dtype, np.floating)):
+        raise ValueError(f"start must be a float (N, j) array with N = {J.shape[0]}, got "
+                         f"{getattr(start, 'shape', type(start).__name__)}")
+    if start is not None and not np.all(np.isfinite(start)):
+        raise ValueError("start must be finite")
     p = _make_params(params, overrides)
     gen = np.random.default_rng() if rng is None else as_rng(rng)
     N = J.shape[0]
@@ -1198,7 +1232,7 @@ def factorize(
         else:
             kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
     else:
-        spec, kres = _server_spectrum(J, p, gen, kw)
+        spec, kres = _server_spectrum(J, p, gen, kw, start)
     k_hat = int(min(kres.k_hat, len(spec)))
     dreamed = _sp.dream_eigenvalues(spec.values, p.dream_time)
     V = spec.vectors[:, :k_hat]

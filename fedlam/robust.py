@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from fedlam import khat
-from fedlam._eig import Spectrum, _eig_top
+from fedlam._eig import Spectrum, _eig_top, _ensure_vectors
 from fedlam._validation import (
     _describe,
     check_count,
@@ -838,23 +838,29 @@ def support_filter(candidates: np.ndarray, uploads: Sequence[Any], params: Mappi
     return acc
 
 
-def _top_spectrum_for(J: np.ndarray, comps: list, noise_var: float, n_sigma: float) -> tuple[Spectrum, int]:
-    """Top eigenpairs of J (grown while the count could be limited) and the K-hat of the components."""
+def _top_spectrum_for(J: np.ndarray, comps: list, noise_var: float, n_sigma: float,
+                      start: np.ndarray | None = None) -> tuple[Spectrum, int]:
+    """Top eigenpairs of J (grown while the count could be limited) and the K-hat of the components.
+
+    The server's block solver (warm-started from ``start``), with the K-hat leading vectors
+    converged: the support test works in their span.
+    """
     N = J.shape[0]
     m = min(N, 16)
     while True:
-        spec = _eig_top(J, m)
+        spec = _eig_top(J, m, "server", start=start)
         k = khat._k_hat_components(spec, comps, noise_var, n_sigma=n_sigma).k_hat
         if m == N or k < m - 8:
-            return spec, int(k)
+            return _ensure_vectors(J, spec, int(k)), int(k)
         m = min(N, 4 * m)
+        start = spec.vectors
 
 
 def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarray], comps: list,
                    noise_var: float, broadcast: np.ndarray | None, N: int,
-                   p: dict) -> tuple[np.ndarray, Spectrum, dict]:
+                   p: dict, start: np.ndarray | None = None) -> tuple[np.ndarray, Spectrum, dict]:
     """Remove the unsupported detected directions of J (see :func:`aggregate`)."""
-    spec, k = _top_spectrum_for(J, comps, noise_var, p["n_sigma"])
+    spec, k = _top_spectrum_for(J, comps, noise_var, p["n_sigma"], start)
     details: dict = {"k_hat_mean": k, "removed": 0, "floor": float(spec.values[-1])}
     if k == 0:
         details.update(n_certified=np.zeros(len(ops), dtype=np.int64), direction_votes=np.empty(0, dtype=np.int64),
@@ -901,6 +907,7 @@ def aggregate(
     params: Mapping[str, Any] | None = None,
     *,
     broadcast: np.ndarray | None = None,
+    start: np.ndarray | None = None,
 ) -> RobustAggregate:
     """The operator the server factorizes under a defence, with the bulk that sets its K-hat.
 
@@ -920,6 +927,9 @@ def aggregate(
     broadcast : numpy.ndarray or None
         The server's last broadcast (``"support"`` removes it from the uploads to get the
         clients' fresh evidence; None in round 0).
+    start : numpy.ndarray or None
+        (N, j) approximate leading eigenvectors of the mean (the previous round's detected
+        ones) that warm-start the block eigensolver of ``"support"``; ignored otherwise.
 
     Returns
     -------
@@ -936,13 +946,13 @@ def aggregate(
 
     Notes
     -----
-    ``"support"`` computes the top eigenpairs of the mean (Lanczos), counts its spikes with
+    ``"support"`` computes the top eigenpairs of the mean (block solver), counts its spikes with
     :func:`fedlam.khat.k_hat_components` (the bulk from the uploads' scalars), runs
     :func:`support_test` in the span ``V`` of the detected eigenvectors and replaces the
     aggregate's restriction to the unsupported directions of ``V`` by the bulk level (the
     smallest computed eigenvalue), so that the LAM cannot reach them; ``spectrum`` is the
     matching partial spectrum. Cost on top of the mean: ``L + 1`` products ``(N, N) x (N,
-    K_hat)`` and ``K_hat x K_hat`` eigenproblems (the Lanczos run replaces the factorization's
+    K_hat)`` and ``K_hat x K_hat`` eigenproblems (the partial spectrum replaces the factorization's
     own when the spectrum is passed on).
     Derived in {ref}`sec-robust-support`, {ref}`sec-robust-median` and {ref}`sec-robust-krum`.
     """
@@ -951,12 +961,15 @@ def aggregate(
     name, p = check_defense(defense, params, L)
     om = _check_weights(weights, L)
     broadcast = _check_broadcast(broadcast, N)
+    if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2 or start.shape[0] != N
+                              or not np.issubdtype(start.dtype, np.floating) or not np.all(np.isfinite(start))):
+        raise ValueError(f"start must be a finite float (N, j) array with N = {N}, got {_describe(start)}")
     if name is None or name == "support":
         comps, v = khat.components_from_uploads(list(uploads), om, N)
         J = mean_aggregate(ops, om)
         if name is None:
             return RobustAggregate(J, comps, v, None, {"defense": None})
-        J2, spec, det = _support_clean(J, uploads, ops, comps, v, broadcast, N, p)
+        J2, spec, det = _support_clean(J, uploads, ops, comps, v, broadcast, N, p, start)
         det["defense"] = "support"
         return RobustAggregate(J2, comps, v, spec, det)
     if name in ("median", "trimmed"):

@@ -117,17 +117,23 @@ def top_spectrum(J: np.ndarray, k: int, method: str = "auto") -> Spectrum:
         float (N, N) symmetric.
     k : int
         Number of leading eigenpairs, ``1 <= k <= N`` (``k = N`` gives the full spectrum).
-    method : {"auto", "evr", "lanczos"}
+    method : {"auto", "evr", "lanczos", "block"}
         ``"evr"``: ``scipy.linalg.eigh`` with ``subset_by_index`` (one tridiagonal reduction,
         ``~N^3``, plus ``O(N^2 k)``). ``"lanczos"``: ``scipy.sparse.linalg.eigsh`` (implicitly
         restarted Lanczos, ``O(N^2)`` per iteration, a few hundred matrix-vector products),
         with a fixed start vector so that results are reproducible; falls back to evr if it
-        does not converge. ``"auto"``: Lanczos when ``N >= 500`` and ``k <= N / 10``.
+        does not converge. ``"block"``: the server's block Krylov solver (a few products of
+        ``J`` with ``N x (k + 8)`` blocks), which converges the vectors of the spikes to
+        ``1e-10`` and the other values to a fraction of a Tracy-Widom scale of the bulk's
+        edge -- what the K-hat rules read -- and reports ``residuals``; it falls back to
+        Lanczos when it does not converge within its cap (derived in {ref}`sec-cost-block`).
+        ``"auto"``: Lanczos when ``N >= 500`` and ``k <= N / 10``, else evr (every pair to
+        rounding).
     """
     check_operator(J, "J")
     N = J.shape[0]
     k = check_positive_int(k, "k")
-    method = check_choice(method, "method", ("auto", "evr", "lanczos"))
+    method = check_choice(method, "method", ("auto", "evr", "lanczos", "block"))
     if k > N:
         raise ValueError(f"k must be <= N = {N}, got {k}")
     return _eig_top(J, k, method)

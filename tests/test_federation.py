@@ -222,10 +222,10 @@ def test_only_uploads_reach_the_server(monkeypatch):
         seen.append(upload)
         return orig_acc(self, total, upload, weight)
 
-    def spy_round(self, uploads, rng, broadcast_rank=0, aggregate=None):
+    def spy_round(self, uploads, rng, broadcast_rank=0, aggregate=None, start=None):
         rounds.append(list(uploads))
         assert all(u.operator is None for u in uploads)  # operators were summed on arrival
-        return orig_round(self, uploads, rng, broadcast_rank, aggregate)
+        return orig_round(self, uploads, rng, broadcast_rank, aggregate, start=start)
 
     monkeypatch.setattr(F.Server, "accumulate", spy_acc)
     monkeypatch.setattr(F.Server, "round", spy_round)

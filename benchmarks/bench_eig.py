@@ -1,0 +1,132 @@
+"""The server round with the block eigensolver (issue 21): the three targets, ratios in one run.
+
+1. A round at N = 1000, K = 6 (3 clients x 1000 examples, r = 0.8) against one
+   ``numpy.linalg.eigh`` of the aggregate, without a defence and with ``defense="support"``;
+   the same rounds with the previous solver (ARPACK, forced by making the block solver give up)
+   are timed alongside.
+2. The same round when every client noises its upload with
+   ``fedlam.privacy.GaussianMechanism(epsilon, delta)`` (the noise-aware K-hat), against the
+   round without noise.
+3. A round at N = 10,000 (2 clients x 1500 examples): wall time, and the peak memory the round
+   allocates on top of its inputs (tracemalloc), in N x N float64 arrays.
+
+Times are the best of ``repeats`` interleaved runs (benchmarks/_common.best_of). The load
+average is printed before and after: the machine may be shared.
+
+Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/bench_eig.py          (all three)
+      OPENBLAS_NUM_THREADS=1 python benchmarks/bench_eig.py 1000     (1 and 2 only)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+from _common import best_of, client_operators
+
+import fedlam._eig as E
+from fedlam.federation import Server
+from fedlam.metrics import magnetization, spurious_count
+from fedlam.operators import aggregate
+from fedlam.privacy import GaussianMechanism
+from fedlam.protocol import Upload
+
+
+def _load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class _ForceArpack:
+    """Context: the block solver gives up at once, so every spectrum takes the fallback (ARPACK)."""
+
+    def __enter__(self):
+        self.orig = E._eig_block
+        E._eig_block = lambda *a, **k: None
+        return self
+
+    def __exit__(self, *exc):
+        E._eig_block = self.orig
+
+
+def small(repeats: int = 7) -> None:
+    N, K, L, M_c, r = 1000, 6, 3, 1000, 0.8
+    xi, ops = client_operators(N, K, L, M_c, r, seed=1)
+    ups = [Upload(op, M_c, 1.0, 1 - r**2) for op in ops]
+    mech = GaussianMechanism(epsilon=4.0, delta=1e-5)
+    rng = np.random.default_rng(7)
+    noised = []
+    for op in ops:
+        Z, sig = mech.apply(op, M_c, rng)
+        noised.append(Upload(Z, M_c, 1.0, 1 - r**2, dp_sigma=sig))
+    Js = aggregate(ops)
+    out: dict = {}
+
+    def rnd(name, uploads, defense=None, arpack=False):
+        def f():
+            if arpack:
+                with _ForceArpack():
+                    out[name] = Server(defense=defense).round(uploads, np.random.default_rng(0))
+            else:
+                out[name] = Server(defense=defense).round(uploads, np.random.default_rng(0))
+        return f
+
+    fns = {
+        "eigh": lambda: np.linalg.eigh(Js),
+        "round": rnd("round", ups),
+        "round_support": rnd("round_support", ups, "support"),
+        "round_dp": rnd("round_dp", noised),
+        "round_arpack": rnd("round_arpack", ups, arpack=True),
+        "round_support_arpack": rnd("round_support_arpack", ups, "support", arpack=True),
+        "round_dp_arpack": rnd("round_dp_arpack", noised, arpack=True),
+    }
+    print(f"N = {N}, K = {K}, L = {L} x M_c = {M_c}, r = {r}; {_load()}")
+    t = best_of(fns, repeats)
+    e = t["eigh"]
+    print(f"one numpy.linalg.eigh             : {e:.4f} s")
+    for name in ("round", "round_support", "round_dp"):
+        print(f"{name:20s} block solver : {t[name]:.4f} s = {t[name] / e:.3f} x eigh   "
+              f"(ARPACK: {t[name + '_arpack']:.4f} s = {t[name + '_arpack'] / e:.3f} x eigh)")
+    print(f"round under the Gaussian mechanism / round without: {t['round_dp'] / t['round']:.2f}")
+    for name in ("round", "round_support", "round_dp"):
+        a, b = out[name].result, out[name + "_arpack"].result
+        m = magnetization(out[name].patterns, xi)
+        same = a.k_hat == b.k_hat and np.array_equal(out[name].patterns, out[name + "_arpack"].patterns)
+        print(f"  {name:14s}: K_hat = {a.k_hat}, min m = {m.min():.3f}, spurious = "
+              f"{spurious_count(out[name].patterns, xi)}, identical to the ARPACK round: {same}, "
+              f"max |value difference| = {np.abs(a.values - b.values).max():.2e}")
+    print(f"after: {_load()}")
+
+
+def large() -> None:
+    N, K, L, M_c, r = 10000, 6, 2, 1500, 0.8
+    xi, ops = client_operators(N, K, L, M_c, r, seed=2)
+    ups = [Upload(op, M_c, 1.0, 1 - r**2) for op in ops]
+    unit = 8.0 * N * N
+    print(f"N = {N}, K = {K}, L = {L} x M_c = {M_c}, r = {r}; {_load()}")
+    t0 = time.perf_counter()
+    rr = Server().round(ups, np.random.default_rng(0))
+    dt = time.perf_counter() - t0
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    Server().round(ups, np.random.default_rng(0))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    info: dict = {}
+    E._eig_block(rr.aggregate, 16, info=info)
+    m = magnetization(rr.patterns, xi)
+    print(f"round: {dt:.2f} s, peak {peak / 2**20:.0f} MiB = {peak / unit:.2f} N x N float64 arrays "
+          f"(inputs: {L} operators, not counted); block solver: {info['blocks']} products, "
+          f"{info['products']} columns")
+    print(f"  K_hat = {rr.result.k_hat}, min m = {m.min():.3f}, spurious = {spurious_count(rr.patterns, xi)}")
+    print(f"after: {_load()}")
+
+
+if __name__ == "__main__":
+    sizes = [int(a) for a in sys.argv[1:]] or [1000, 10000]
+    if 1000 in sizes:
+        small()
+    if 10000 in sizes:
+        large()

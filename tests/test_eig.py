@@ -1,0 +1,253 @@
+"""Tests of the block eigensolver of fedlam._eig (issue 21) against scipy.linalg.eigh."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+import fedlam._validation as val
+import fedlam.federation as fed
+from fedlam import _eig, lam, robust
+from fedlam import spectral as sp
+from fedlam.data import random_archetypes, sample_examples
+from fedlam.federation import Server
+from fedlam.operators import aggregate, hebbian, pattern_operator
+from fedlam.protocol import Upload
+
+
+def _spiked(N, M, K, r, seed, L=1):
+    """Mean of L Hebbian operators of M/L examples of K archetypes (a spiked Wishart)."""
+    rng = np.random.default_rng(seed)
+    xi = random_archetypes(K, N, rng)
+    ops = []
+    for _ in range(L):
+        X, _ = sample_examples(xi, M // L, r, np.full(K, 1.0 / K), rng)
+        ops.append(hebbian(X))
+    return aggregate(ops), xi, ops
+
+
+@pytest.fixture(scope="module")
+def spiked():
+    J, xi, ops = _spiked(600, 1800, 5, 0.8, 3, L=3)
+    w, V = scipy.linalg.eigh(J)
+    return J, xi, ops, w[::-1], V[:, ::-1]
+
+
+@pytest.mark.parametrize(("N", "M", "K", "r", "seed"), [(600, 1800, 5, 0.8, 3), (700, 400, 3, 0.7, 4),
+                                                          (500, 2500, 8, 0.6, 5)])
+def test_block_matches_eigh_on_spiked_matrices(N, M, K, r, seed):
+    J, _, _ = _spiked(N, M, K, r, seed)
+    w, V = scipy.linalg.eigh(J)
+    w, V = w[::-1], V[:, ::-1]
+    info: dict = {}
+    spec = _eig._eig_block(J, 16, info=info)
+    assert spec is not None
+    s = info["tw_scale"]
+    assert s > 0
+    assert info["n_vectors"] >= K  # the spikes (and at most a value at the edge) get their vectors
+    k = K
+    # spikes: values to rounding, vectors to 1e-10 (sign convention of Spectrum: the same as eigh's)
+    ref = _eig._eig_full(J)
+    np.testing.assert_allclose(spec.values[:k], w[:k], rtol=1e-12)
+    assert np.abs(spec.vectors[:, :k] - ref.vectors[:, :k]).max() < 1e-8
+    assert np.all(spec.residuals[:k] <= _eig.VEC_RTOL * w[0])
+    # bulk values: lower bounds (Ritz), within a fraction of a Tracy-Widom scale near the edge
+    err = w[k:16] - spec.values[k:]
+    assert np.all(err >= -1e-12 * w[0])
+    near = spec.values[k:] >= w[k] - 4 * s
+    assert np.all(err[near] <= _eig.VALUE_TW_FRACTION * s)
+    assert np.all(err <= 0.25 * (w[k] - w[k:16]) + _eig.VALUE_TW_FRACTION * s)
+    # exact trace and Frobenius norm, descending order
+    assert spec.trace == pytest.approx(w.sum(), rel=1e-12)
+    assert spec.sum_sq == pytest.approx(w @ w, rel=1e-12)
+    assert np.all(np.diff(spec.values) <= 0)
+
+
+def test_block_exact_pattern_operator_has_no_bulk():
+    xi = random_archetypes(7, 600, np.random.default_rng(0))
+    J = pattern_operator(xi)
+    spec = _eig._eig_block(J, 16)
+    w = scipy.linalg.eigh(J, eigvals_only=True)[::-1]
+    assert spec is not None
+    np.testing.assert_allclose(spec.values, w[:16], atol=1e-12)
+
+
+def test_warm_start_reduces_iterations(spiked):
+    J, xi, _, _, _ = spiked
+    cold: dict = {}
+    spec = _eig._eig_block(J, 16, info=cold)
+    assert spec is not None
+    # the next round's aggregate: the clients blend the broadcast of the K_hat patterns found
+    J2 = 0.7 * J + 0.3 * pattern_operator(xi) / 600 * 20
+    cold2: dict = {}
+    ref = _eig._eig_block(J2, 16, info=cold2)
+    warm: dict = {}
+    out = _eig._eig_block(J2, 16, start=spec.vectors, info=warm)
+    assert ref is not None and out is not None
+    assert warm["blocks"] < cold2["blocks"]
+    np.testing.assert_allclose(out.values[:5], ref.values[:5], rtol=1e-12)
+    # started from the exact answer: at most two products
+    again: dict = {}
+    _eig._eig_block(J, 16, start=spec.vectors, info=again)
+    assert again["blocks"] <= 2 < cold["blocks"]
+
+
+def test_fallback_when_the_cap_is_reached(spiked, monkeypatch):
+    J, _, _, w, _ = spiked
+    assert _eig._eig_block(J, 16, max_blocks=2) is None  # cap reached: no answer
+    calls = []
+
+    def capped(*args, **kwargs):
+        calls.append(1)
+        return None
+
+    monkeypatch.setattr(_eig, "_eig_block", capped)
+    spec = _eig._eig_top(J, 16, "block")
+    assert calls  # the block solver was tried, then ARPACK answered
+    assert spec.residuals is None
+    np.testing.assert_allclose(spec.values, w[:16], rtol=1e-10)
+    # the server's method goes the same way
+    spec_s = _eig._eig_top(J, 16, "server")
+    np.testing.assert_allclose(spec_s.values, w[:16], rtol=1e-10)
+
+
+def test_cap_follows_the_gap():
+    assert _eig._krylov_blocks(1.0, 1e-10) < _eig._krylov_blocks(0.01, 1e-10) < _eig._krylov_blocks(1e-4, 1e-10)
+    assert _eig._krylov_blocks(0.01, 1e-4) < _eig._krylov_blocks(0.01, 1e-10)
+
+
+def test_ensure_vectors_converges_more_pairs(spiked):
+    J, _, _, w, _ = spiked
+    spec = _eig._eig_block(J, 16)
+    assert spec is not None
+    n = 8  # more than the 5 spikes: a caller whose K-hat edge is lower
+    out = _eig._ensure_vectors(J, spec, n)
+    assert out.residuals is not None
+    assert np.all(out.residuals[:n] <= _eig.VEC_RTOL * w[0])
+    resid = np.linalg.norm(J @ out.vectors[:, :n] - out.vectors[:, :n] * out.values[:n], axis=0)
+    assert np.all(resid <= 1.01 * _eig.VEC_RTOL * w[0])
+
+
+def test_top_spectrum_block_method_and_bad_input(spiked):
+    J, _, _, w, _ = spiked
+    spec = sp.top_spectrum(J, 16, method="block")
+    assert spec.residuals is not None
+    np.testing.assert_allclose(spec.values[:5], w[:5], rtol=1e-12)
+    assert sp.top_spectrum(J, 16).residuals is None  # "auto" stays ARPACK (every pair to rounding)
+    with pytest.raises(ValueError, match="method must be one of"):
+        sp.top_spectrum(J, 16, method="blocks")
+    small = J[:40, :40]
+    np.testing.assert_allclose(sp.top_spectrum(small, 30, method="block").values,
+                               scipy.linalg.eigh(small, eigvals_only=True)[::-1][:30], atol=1e-12)
+
+
+def test_start_is_checked(spiked):
+    J, _, ops, _, _ = spiked
+    with pytest.raises(ValueError, match="start must be a float"):
+        lam.factorize(J, rng=0, start=np.ones((599, 3)))
+    with pytest.raises(ValueError, match="start must be finite"):
+        lam.factorize(J, rng=0, start=np.full((600, 3), np.nan))
+    ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
+    with pytest.raises(ValueError, match="start must be a float"):
+        Server().round(ups, np.random.default_rng(0), start=np.ones(600))
+    with pytest.raises(ValueError, match="start must be a finite float"):
+        robust.aggregate(ups, defense="support", start=np.ones((5, 2)))
+
+
+def test_factorize_same_with_and_without_warm_start(spiked):
+    J, _, ops, _, _ = spiked
+    a = lam.factorize(J, rng=0)
+    b = lam.factorize(J, rng=0, start=a.vectors)
+    assert a.k_hat == b.k_hat == 5
+    assert np.array_equal(a.patterns, b.patterns)
+    ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
+    for d in (None, "support"):
+        r1 = Server(defense=d).round(ups, np.random.default_rng(1))
+        r2 = Server(defense=d).round(ups, np.random.default_rng(1), start=r1.result.vectors)
+        assert np.array_equal(r1.patterns, r2.patterns)
+        assert r1.result.k_hat == r2.result.k_hat
+
+
+def test_round_validates_once_and_names_the_bad_upload(spiked, monkeypatch):
+    _, _, ops, _, _ = spiked
+    ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
+
+    calls = []
+    real = val.check_operator
+
+    def counting(X, name="J", *a, **kw):
+        calls.append(name)
+        return real(X, name, *a, **kw)
+
+    monkeypatch.setattr(fed, "check_operator", counting)
+    monkeypatch.setattr(lam, "check_operator", counting)
+    Server().round(ups, np.random.default_rng(0))
+    assert calls == ["aggregate"]  # one O(N^2) check per round, at the entry point
+    calls.clear()
+    bad = ops[1].copy()
+    bad[3, 5] += 1e-3
+    nan = ops[2].copy()
+    nan[0, 0] = np.nan
+    # Upload refuses both at construction (issue 22, row 12) ...
+    with pytest.raises(ValueError, match=r"operator must be symmetric"):
+        Upload(bad, 600, 1.0, 0.36)
+    with pytest.raises(ValueError, match=r"operator must be finite"):
+        Upload(nan, 600, 1.0, 0.36)
+
+    def tampered(op):  # ... so only an upload altered after construction reaches the server
+        up = Upload(ops[0].copy(), 600, 1.0, 0.36)
+        object.__setattr__(up, "operator", op)
+        return up
+
+    with pytest.raises(ValueError, match=r"uploads\[1\]\.operator must be symmetric"):
+        Server().round([ups[0], tampered(bad), ups[2]], np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"uploads\[2\]\.operator must be finite"):
+        Server().round([ups[0], ups[1], tampered(nan)], np.random.default_rng(0))
+    # an upload with weight 0 is not in the aggregate and is checked on its own
+    s0 = Server(aggregation=np.array([0.5, 0.5, 0.0]))
+    with pytest.raises(ValueError, match=r"uploads\[2\]\.operator must be finite"):
+        s0.round([ups[0], ups[1], tampered(nan)], np.random.default_rng(0))
+
+
+def test_check_spectrum_of_accepts_block_spectrum_and_rejects_others(spiked):
+    J, _, _, _, _ = spiked
+    spec = _eig._eig_block(J, 16)
+    assert spec is not None
+    _eig._check_spectrum_of(spec, J)  # its bulk pairs are as accurate as it claims
+    other = _eig._eig_top(J + 1e-3 * np.eye(600), 16, "block")
+    with pytest.raises(ValueError, match="spectrum must be a spectrum of J"):
+        _eig._check_spectrum_of(other, J)
+
+
+@pytest.mark.parametrize("sigma", [1e-3, 4e-3])
+def test_block_on_a_noised_operator(sigma):
+    """A differentially private aggregate: MP bulk + Gaussian noise (not an MP shape)."""
+    from fedlam.privacy import add_symmetric_noise
+
+    J, _, _ = _spiked(600, 1800, 5, 0.8, 3, L=3)
+    J = add_symmetric_noise(J, sigma, np.random.default_rng(1))
+    w = scipy.linalg.eigh(J, eigvals_only=True)[::-1]
+    info: dict = {}
+    spec = _eig._eig_block(J, 16, info=info)
+    assert spec is not None
+    err = w[:16] - spec.values
+    assert np.all(err >= -1e-12 * w[0])
+    assert np.all(err <= _eig.VALUE_TW_FRACTION * info["tw_scale"])
+    # the noise's semicircle (radius 2 sigma sqrt N) sets the scale: sigma sqrt(N) N^{-2/3}, not the spikes'
+    assert info["tw_scale"] < 2.0 * sigma * 600**0.5 * 600 ** (-2 / 3)
+
+
+def test_rounds_identical_to_the_arpack_rounds(spiked, monkeypatch):
+    """K_hat, patterns and magnetizations of a round are those of the previous solver (ARPACK)."""
+    from fedlam.metrics import magnetization
+
+    _, xi, ops, _, _ = spiked
+    ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
+    block = {d: Server(defense=d).round(ups, np.random.default_rng(2)) for d in (None, "support")}
+    monkeypatch.setattr(_eig, "_eig_block", lambda *a, **k: None)  # every spectrum takes the fallback
+    for d, rb in block.items():
+        ra = Server(defense=d).round(ups, np.random.default_rng(2))
+        assert rb.result.k_hat == ra.result.k_hat == 5
+        assert np.array_equal(rb.patterns, ra.patterns)
+        np.testing.assert_array_equal(magnetization(rb.patterns, xi), magnetization(ra.patterns, xi))
