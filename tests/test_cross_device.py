@@ -261,3 +261,44 @@ def test_thousand_phones_at_784_finish():
     specs = [F.ClientSpec(r=0.8, M=5, mixture=mix[:, c]) for c in range(L)]
     log = xdev.federate(xi, specs, 1, 0, time_rounds=False)
     assert log.k_hat[0] == K and log.spurious[0] == 0 and log.magnetization.min() >= 0.95
+
+
+def test_notebook_tables():
+    p = xdev.make_params("book", **TINY)
+    res = xdev.run(dataclasses.replace(p, time_rounds=False), rng=3)
+    split = xdev.split_table(res)
+    # rows: every (rule, noise, L) that was run -- the fit rule only up to fit_max_L
+    n_run = sum(int(np.all(res.k_hat[:, ri, ni, li] >= 0)) for ri in range(2) for ni in range(2)
+                for li in range(len(p.Ls)))
+    assert len(split.table.rows) == n_run < 2 * 2 * len(p.Ls)
+    assert split._repr_html_().startswith('<table class="fedlam-comparison"><caption>K-hat')
+    assert split._repr_markdown_().startswith("**K-hat, recovery")
+    het = xdev.hetero_table(res)
+    assert len(het.table.rows) == len(p.aggregations) * p.T
+    assert het.table.rows[0][2] == f"{res.h_m_eff[0, 0]:.0f}"
+    assert ("dimension N, archetypes", "60, 2 (random)") in xdev.setting_table(p).table.rows
+    empty = xdev.run(dataclasses.replace(p, time_rounds=False, hetero_sizes=(), hetero_intermittent=0,
+                                         hetero_noise=0, rules=("scalars",)), rng=3)
+    assert xdev.hetero_table(empty).table.rows == []
+    with pytest.raises(TypeError, match="res must be a CrossDeviceResult"):
+        xdev.split_table(p)
+    with pytest.raises(TypeError, match="title must be a non-empty str"):
+        xdev.TitledTable("", [], ("a",))
+
+
+def test_pm1_bulk_tops():
+    xi = data.random_archetypes(2, 40, 0)
+    a = xdev.pm1_bulk_tops(40, 80, 0.9, xi, 3, np.random.default_rng(1))
+    b = xdev.pm1_bulk_tops(40, 80, 0.9, xi, 3, 1)
+    assert set(a) == {"noise pm1", "noise gauss", "examples pm1", "examples gauss"}
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+        assert a[k].shape == (3,) and np.all(a[k] > 0)
+    # the K = 2 spikes are skipped: the examples' bulk top is far below their outliers
+    assert a["examples pm1"].max() < 3 * a["noise pm1"].max()
+    with pytest.raises(ValueError, match="archetypes must be a"):
+        xdev.pm1_bulk_tops(40, 80, 0.9, xi[:, :10], 3, 1)
+    with pytest.raises(ValueError, match="r must be a float in"):
+        xdev.pm1_bulk_tops(40, 80, 1.0, xi, 3, 1)
+    with pytest.raises(TypeError, match="n_draws"):
+        xdev.pm1_bulk_tops(40, 80, 0.9, xi, 2.0, 1)

@@ -48,7 +48,8 @@ from fedlam.experiments._common import (
 )
 
 __all__ = ["CrossDeviceParams", "CrossDeviceResult", "PRESETS", "RULES", "AGGREGATIONS", "ARCHETYPES",
-           "make_params", "run", "federate", "RoundLog", "effective_sample_size", "spectrum_variance"]
+           "make_params", "run", "federate", "RoundLog", "effective_sample_size", "spectrum_variance",
+           "TitledTable", "setting_table", "split_table", "hetero_table", "pm1_bulk_tops"]
 
 RULES = ("scalars", "fit")
 AGGREGATIONS = ("equal", "batch")
@@ -554,3 +555,158 @@ def _summary(p: CrossDeviceParams, ints: dict, mag: np.ndarray, flt: dict, h_int
                                 "spurious_max": int(h_ints["spurious"][:, ai].max()),
                                 "min_m_last_round": float(h_mag[:, ai, -1].min())}
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables the notebook displays ({ref}`sec-exp-cross-device-run`): one call per visible cell.
+
+_RULE_NAMES = {"scalars": "scalars", "fit": "per-upload fit"}
+
+
+class TitledTable:
+    """A table with a title above it: HTML (``<caption>``) in the book, Markdown as text.
+
+    Parameters
+    ----------
+    title : str
+        Shown above the table.
+    rows : list of tuple
+        Cells, converted with ``str``.
+    header : tuple of str
+        Column names; every row must have as many cells.
+    """
+
+    def __init__(self, title: str, rows: list, header: tuple) -> None:
+        from fedlam.experiments._common import Table
+
+        if not isinstance(title, str) or not title:
+            raise TypeError(f"title must be a non-empty str, got {_describe(title)}")
+        self.title = title
+        self.table = Table(rows, header)
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.title}**\n\n{self.table._repr_markdown_()}"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        body = self.table._repr_html_()
+        cap = f"<caption>{html.escape(self.title)}</caption>"
+        return body.replace("<thead>", cap + "<thead>", 1)
+
+    def __repr__(self) -> str:
+        return self._repr_markdown_()
+
+
+def setting_table(params: CrossDeviceParams) -> TitledTable:
+    """The experiment's setting as a table (one row per parameter group)."""
+    if not isinstance(params, CrossDeviceParams):
+        raise TypeError(f"params must be a CrossDeviceParams, got {type(params).__name__}")
+    p = params
+    splits = ", ".join(f"{L} x {p.total // L}" for L in p.Ls)
+    rows = [
+        ("dimension N, archetypes", f"{p.N}, {p.n_archetypes} ({p.archetypes})"),
+        ("channel quality r", f"{p.r}"),
+        ("examples per round (honest)", f"{p.total}"),
+        ("splits: clients x examples", splits),
+        ("rounds T, seeds", f"{p.T}, {p.seeds}"),
+        ("K-hat rules", ", ".join(_RULE_NAMES[r] for r in p.rules)
+         + (f" (fit up to L = {p.fit_max_L})" if "fit" in p.rules else "")),
+        ("noise client", " / ".join("with" if n else "without" for n in p.noise)),
+        ("weight rule", f"{p.controller}"),
+        ("heterogeneous batch sizes", ", ".join(str(m) for m in p.hetero_sizes) or "none"),
+        ("intermittent client, noise client", f"{p.hetero_intermittent}, {p.hetero_noise}"),
+        ("aggregations", ", ".join(p.aggregations)),
+    ]
+    return TitledTable("Setting", rows, ("parameter", "value"))
+
+
+def split_table(res: CrossDeviceResult) -> TitledTable:
+    """K-hat per round, last-round recovery and spurious patterns of every split that was run."""
+    if not isinstance(res, CrossDeviceResult):
+        raise TypeError(f"res must be a CrossDeviceResult, got {type(res).__name__}")
+    p = res.params
+    rows = []
+    for ri, rule in enumerate(p.rules):
+        for ni, noisy in enumerate(p.noise):
+            for li, L in enumerate(p.Ls):
+                kh = res.k_hat[:, ri, ni, li]
+                if np.all(kh < 0):
+                    continue
+                rows.append((_RULE_NAMES[rule], "yes" if noisy else "no", f"{L} x {res.Mc[li]}",
+                             " / ".join(" ".join(str(x) for x in s) for s in kh),
+                             f"{np.nanmin(res.magnetization[:, ri, ni, li, -1]):.2f}",
+                             str(int(res.spurious[:, ri, ni, li].max()))))
+    return TitledTable("K-hat, recovery and spurious patterns per split", rows,
+                       ("K-hat rule", "noise client", "clients x examples",
+                        "K-hat per round (per seed)", f"min m, round {p.T - 1}", "max spurious"))
+
+
+def hetero_table(res: CrossDeviceResult) -> TitledTable:
+    """Per aggregation and round of the heterogeneous federation (first seed): M_eff, edge,
+    leading eigenvalues, K-hat, recovery and spurious patterns."""
+    if not isinstance(res, CrossDeviceResult):
+        raise TypeError(f"res must be a CrossDeviceResult, got {type(res).__name__}")
+    p = res.params
+    K = p.n_archetypes
+    rows = []
+    for ai, agg in enumerate(p.aggregations[:res.h_k_hat.shape[1]]):   # none without hetero_sizes
+        for t in range(p.T):
+            rows.append((agg, str(t), f"{res.h_m_eff[ai, t]:.0f}", f"{res.h_edge[0, ai, t]:.2f}",
+                         " ".join(f"{v:.1f}" for v in res.h_top[0, ai, t, :K + 2]),
+                         str(res.h_k_hat[0, ai, t]), f"{res.h_magnetization[0, ai, t].min():.2f}",
+                         str(res.h_spurious[0, ai, t])))
+    return TitledTable("Batch sizes 1 to 500 in one federation (first seed)", rows,
+                       ("weights", "round", "M_eff", "edge of N J_s", "leading eigenvalues",
+                        "K-hat", "min m", "spurious"))
+
+
+def pm1_bulk_tops(N: int, M: int, r: float, archetypes: np.ndarray, n_draws: int,
+                  rng: Any) -> dict[str, np.ndarray]:
+    """Top bulk eigenvalue of +-1 data against Gaussian data of the same variance, per draw.
+
+    Per draw, four ``M x N`` matrices ``X`` give the top bulk eigenvalue of ``X^T X / (N M)``:
+    the noise ``z = eta - r`` of +-1 entries of mean ``r`` and Gaussian noise of variance
+    ``1 - r^2`` (largest eigenvalue), and examples of the ``K`` archetypes, +-1 and Gaussian
+    (eigenvalue ``K + 1``: the ``K`` spikes are skipped). The measurement of {ref}`sec-many-clients-pm1`.
+
+    Parameters
+    ----------
+    N, M : int
+        Dimension and number of examples (positive).
+    r : float
+        Channel quality in (0, 1).
+    archetypes : (K, N) array of +-1
+        Archetypes of the examples, drawn uniformly per example.
+    n_draws : int
+        Independent draws (positive).
+    rng : numpy.random.Generator or int
+        Consumed in draw order.
+
+    Returns
+    -------
+    dict of str to (n_draws,) array
+        Keys ``"noise pm1"``, ``"noise gauss"``, ``"examples pm1"``, ``"examples gauss"``.
+    """
+    check_positive_int(N, "N")
+    check_positive_int(M, "M")
+    check_positive_int(n_draws, "n_draws")
+    if not isinstance(r, (int, float)) or not 0.0 < float(r) < 1.0:
+        raise ValueError(f"r must be a float in (0, 1), got {_describe(r)}")
+    xi = np.asarray(archetypes)
+    if xi.ndim != 2 or xi.shape[1] != N:
+        raise ValueError(f"archetypes must be a (K, N={N}) array, got shape {xi.shape}")
+    gen = as_rng(rng)
+    K = xi.shape[0]
+    s2 = 1.0 - r * r
+    top = {k: np.empty(n_draws) for k in ("noise pm1", "noise gauss", "examples pm1", "examples gauss")}
+    for d in range(n_draws):
+        Zp = np.where(gen.random((M, N)) < (1 + r) / 2, 1.0, -1.0) - r            # archetype entry +1
+        Zg = gen.standard_normal((M, N)) * math.sqrt(s2)
+        mean_e = r * xi[gen.integers(0, K, size=M)]
+        Ep = np.where(gen.random((M, N)) < (1 + mean_e) / 2, 1.0, -1.0)
+        Eg = mean_e + gen.standard_normal((M, N)) * math.sqrt(s2)
+        for key, X, idx in (("noise pm1", Zp, -1), ("noise gauss", Zg, -1),
+                            ("examples pm1", Ep, -K - 1), ("examples gauss", Eg, -K - 1)):
+            top[key][d] = np.linalg.eigvalsh(X.T @ X / (N * M))[idx]
+    return top
