@@ -4,7 +4,8 @@ Runs the experiment notebooks (``book/experiments/*.ipynb``) through papermill w
 preset injected into their ``parameters`` cell, in parallel worker processes, with a progress bar,
 and writes under ``--out DIR``::
 
-    DIR/summary.json                 what ran, preset, per-notebook status and wall time
+    DIR/summary.json                 what ran, preset, per-notebook status and wall time, load average
+                                     (rewritten after every notebook: an interrupted run keeps its times)
     DIR/<name>/<name>.ipynb          the executed notebook
     DIR/<name>/*.png, *.pdf          every figure the notebook draws
     DIR/<name>/results.json          the machine-readable summary of the run (``to_dict()``)
@@ -86,16 +87,18 @@ PRESET_NAMES: tuple[str, ...] = ("book", "paper", "full")
 PAPER_NOTEBOOKS: tuple[str, ...] = ("bbp_panel", "adversarial", "drift", "novelty", "structured")
 #: what each preset runs, its size and its time (shown by ``--help``)
 PRESET_HELP: dict[str, str] = {
-    "book": "every notebook at the book's small sizes (the committed outputs; about 3 min on one core)",
+    "book": "every notebook at the book's small sizes (the committed outputs)",
     "paper": "the paper's own experiments at the paper's sizes and seeds, nothing more: BBP panel (N = 400, "
              "50 trials), one noise client among four good ones (N = 1000, M = 800, T = 10, 20 seeds, the "
              "paper's rule and ours), exposure drift (N = 400, T = 30, 10 seeds), novelty (N = 400, T = 24, "
-             "30 seeds), silhouettes (N = 784, T = 12, 10 seeds); measured FULL_PAPER_TIME",
+             "30 seeds), silhouettes (N = 784, T = 12, 10 seeds); estimated: about 13 min of CPU, under 10 min "
+             "on two idle cores with --scheduler local --workers 2 (benchmarks/README.md)",
     "full": "every notebook at the paper's scale, our additions included: the attack x defence grid "
             "(7 attacks x 5 defences x 2 rules x 20 seeds = 1400 federations at N = 1000) and the "
             "defences' trade-off sweep (20 seeds, about 960 federations at N = 1000), baselines (7 "
             "scenarios x 8 methods x 10 seeds and the leakage curve), privacy (N = 1000) and cross-device "
-            "(up to 1000 clients); FULL_FULL_TIME",
+            "(up to 1000 clients); estimated, not measured end to end: over 1.5 hours on two idle cores (the "
+            "grid and sweep alone are about 2360 federations at N = 1000, 3-5 s of CPU each)",
 }
 
 #: seconds to wait for a remote Dask scheduler to answer before giving up
@@ -427,32 +430,13 @@ def _load_average() -> list[float] | None:
         return None
 
 
-def _run_plan(plan: Plan) -> int:
-    """Execute the notebooks of a validated plan and write ``summary.json``."""
-    from tqdm.auto import tqdm
-
-    t0 = time.perf_counter()
-    load_start = _load_average()
-    records: list[dict] = []
-    args = [(n, str(plan.notebook_dir), str(plan.out), plan.preset, dict(plan.overrides), plan.timeout)
-            for n in plan.names]
-    with tqdm(total=len(args), desc=f"notebooks ({plan.preset})", unit="nb") as bar:
-        if plan.jobs == 1:
-            for a in args:
-                records.append(run_notebook(*a))
-                bar.set_postfix_str(f"{a[0]} {records[-1]['status']}")
-                bar.update(1)
-        else:
-            with ProcessPoolExecutor(max_workers=plan.jobs) as pool:
-                futs = {pool.submit(run_notebook, *a): a[0] for a in args}
-                for fut in as_completed(futs):
-                    records.append(fut.result())
-                    bar.set_postfix_str(f"{futs[fut]} {records[-1]['status']}")
-                    bar.update(1)
+def _summary(plan: Plan, records: list[dict], t0: float, load_start: list[float] | None, finished: bool) -> dict:
     order = {n: i for i, n in enumerate(plan.names)}
-    records.sort(key=lambda r: order[r["name"]])
-    summary = {
+    done = sorted(records, key=lambda r: order[r["name"]])
+    ran = {r["name"] for r in done}
+    return {
         "preset": plan.preset,
+        "finished": finished,
         "jobs": plan.jobs,
         "scheduler": plan.scheduler,
         "workers": plan.workers if plan.scheduler == "local" else None,
@@ -462,9 +446,46 @@ def _run_plan(plan: Plan) -> int:
         "load_average_end": _load_average(),
         "cpu_count": os.cpu_count(),
         "not_run": [n for n in NOTEBOOKS if n not in plan.names],
-        "notebooks": records,
+        "pending": [n for n in plan.names if n not in ran],
+        "notebooks": done,
     }
-    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _run_plan(plan: Plan) -> int:
+    """Execute the notebooks of a validated plan and write ``summary.json``.
+
+    ``summary.json`` is rewritten after every notebook (``"finished": false`` and the notebooks
+    still ``"pending"`` until the last one ends), so an interrupted run keeps the times measured.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    load_start = _load_average()
+    records: list[dict] = []
+    path = plan.out / "summary.json"
+
+    def record(rec: dict) -> None:
+        records.append(rec)
+        path.write_text(json.dumps(_summary(plan, records, t0, load_start, False), indent=2) + "\n")
+
+    args = [(n, str(plan.notebook_dir), str(plan.out), plan.preset, dict(plan.overrides), plan.timeout)
+            for n in plan.names]
+    with tqdm(total=len(args), desc=f"notebooks ({plan.preset})", unit="nb") as bar:
+        if plan.jobs == 1:
+            for a in args:
+                record(run_notebook(*a))
+                bar.set_postfix_str(f"{a[0]} {records[-1]['status']}")
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=plan.jobs) as pool:
+                futs = {pool.submit(run_notebook, *a): a[0] for a in args}
+                for fut in as_completed(futs):
+                    record(fut.result())
+                    bar.set_postfix_str(f"{futs[fut]} {records[-1]['status']}")
+                    bar.update(1)
+    summary = _summary(plan, records, t0, load_start, True)
+    records = summary["notebooks"]
+    path.write_text(json.dumps(summary, indent=2) + "\n")
     failed = [r for r in records if r["status"] != "ok"]
     for r in records:
         print(f"{r['name']:12s} {r['status']:7s} {r['seconds']:8.1f} s  -> {r['output']}")
