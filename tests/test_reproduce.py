@@ -214,8 +214,12 @@ def test_help_states_each_presets_size_and_time(capsys):
     for preset in reproduce.PRESET_NAMES:
         assert f"{preset}:" in out
     assert "1400 federations" in out and "20 seeds" in out
-    assert "TIME" not in out  # no placeholder left
-    assert "min" in out.split("full:")[1]  # full's time
+    assert "_TIME" not in out  # no placeholder left
+    import re
+
+    for preset in ("paper", "full"):  # each states a time, estimated or measured
+        part = out.split(f"{preset}:")[1].split("full:")[0] if preset == "paper" else out.split("full:")[1]
+        assert re.search(r"(measured|estimated).*\d+(\.\d+)? (min|hours)", part), part
 
 
 def test_paper_preset_plan(tmp_path):
