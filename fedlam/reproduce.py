@@ -4,16 +4,24 @@ Runs the experiment notebooks (``book/experiments/*.ipynb``) through papermill w
 preset injected into their ``parameters`` cell, in parallel worker processes, with a progress bar,
 and writes under ``--out DIR``::
 
-    DIR/summary.json                 what ran, preset, per-notebook status and wall time
+    DIR/summary.json                 what ran, preset, per-notebook status and wall time, load average
+                                     (rewritten after every notebook: an interrupted run keeps its times)
     DIR/<name>/<name>.ipynb          the executed notebook
     DIR/<name>/*.png, *.pdf          every figure the notebook draws
     DIR/<name>/results.json          the machine-readable summary of the run (``to_dict()``)
 
 Usage::
 
-    python -m fedlam.reproduce [--preset book|paper] [--only NAME ...] [--jobs N]
+    python -m fedlam.reproduce [--preset book|paper|full] [--only NAME ...] [--jobs N]
                                [--out DIR] [--param FIELD=VALUE ...] [--notebooks DIR]
                                [--scheduler local|ADDRESS] [--workers N]
+
+Presets (:data:`PRESET_HELP`): ``book`` runs every notebook at the book's small sizes (the committed
+outputs); ``paper`` runs the paper's own experiments (:data:`PAPER_NOTEBOOKS`) at the paper's sizes
+and seeds and nothing more (the cells of those notebooks that go beyond the paper keep the book's
+sizes); ``full`` runs every notebook at the paper's scale, our attack x defence grid, trade-off
+sweep, baselines, privacy and cross-device experiments included. A notebook outside the paper runs
+at ``--preset paper`` only when named with ``--only`` (then at its paper-scale preset).
 
 Every argument is checked before any notebook starts (sizes are bounded: :data:`SIZE_LIMITS`),
 and ``--out`` is created and probed for writing before any work.
@@ -58,6 +66,8 @@ __all__ = [
     "SIZE_LIMITS",
     "check_size_limits",
     "start_local_cluster",
+    "PAPER_NOTEBOOKS",
+    "PRESET_HELP",
 ]
 
 #: notebook stem -> experiment module (under fedlam.experiments) whose parameters it accepts
@@ -72,7 +82,25 @@ NOTEBOOKS: dict[str, str] = {
     "cross_device": "cross_device",
 }
 ALIASES: dict[str, str] = {"bbp": "bbp_panel"}
-PRESET_NAMES: tuple[str, ...] = ("book", "paper")
+PRESET_NAMES: tuple[str, ...] = ("book", "paper", "full")
+#: the notebooks that hold an experiment of the paper (what ``--preset paper`` runs by default)
+PAPER_NOTEBOOKS: tuple[str, ...] = ("bbp_panel", "adversarial", "drift", "novelty", "structured")
+#: what each preset runs, its size and its time (shown by ``--help``)
+PRESET_HELP: dict[str, str] = {
+    "book": "every notebook at the book's small sizes (the committed outputs)",
+    "paper": "the paper's own experiments at the paper's sizes and seeds, nothing more: BBP panel (N = 400, "
+             "50 trials), one noise client among four good ones (N = 1000, M = 800, T = 10, 20 seeds, the "
+             "paper's rule and ours), exposure drift (N = 400, T = 30, 10 seeds), novelty (N = 400, T = 24, "
+             "30 seeds), silhouettes (N = 784, T = 12, 10 seeds); measured with --scheduler local --workers 2 "
+             "on two cores shared with other jobs (load 4-27): 950 s of CPU, 33 min wall; estimated "
+             "8-9 min on two idle cores (benchmarks/README.md)",
+    "full": "every notebook at the paper's scale, our additions included: the attack x defence grid "
+            "(7 attacks x 5 defences x 2 rules x 20 seeds = 1400 federations at N = 1000) and the "
+            "defences' trade-off sweep (20 seeds, about 960 federations at N = 1000), baselines (7 "
+            "scenarios x 8 methods x 10 seeds and the leakage curve), privacy (N = 1000) and cross-device "
+            "(up to 1000 clients); estimated, not measured end to end: over 1.5 hours on two idle cores (the "
+            "grid and sweep alone are about 2360 federations at N = 1000, 3-5 s of CPU each)",
+}
 
 #: seconds to wait for a remote Dask scheduler to answer before giving up
 CONNECT_TIMEOUT = 10.0
@@ -122,10 +150,14 @@ def default_notebook_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "book" / "experiments"
 
 
-def resolve_names(only: Sequence[str] | None) -> list[str]:
-    """Map ``--only`` names (notebook stems or aliases) to notebook stems, in canonical order."""
+def resolve_names(only: Sequence[str] | None, preset: str = "book") -> list[str]:
+    """Map ``--only`` names (notebook stems or aliases) to notebook stems, in canonical order.
+
+    Without ``--only``: every notebook, except at ``preset="paper"``, which selects the notebooks
+    of the paper's own experiments (:data:`PAPER_NOTEBOOKS`).
+    """
     if not only:
-        return list(NOTEBOOKS)
+        return list(PAPER_NOTEBOOKS) if preset == "paper" else list(NOTEBOOKS)
     wanted = []
     for n in only:
         stem = ALIASES.get(n, n)
@@ -157,7 +189,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Re-run the fedlam experiment notebooks with papermill and collect figures "
         "(PNG, PDF), executed notebooks and JSON results.",
     )
-    p.add_argument("--preset", default="book", help="book (small, the book's) or paper (paper scale)")
+    p.add_argument("--preset", default="book", choices=None, metavar="book|paper|full",
+                   help="; ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
     p.add_argument("--only", nargs="+", metavar="NAME", help=f"subset of {', '.join(NOTEBOOKS)}")
     p.add_argument("--jobs", default="1", help="parallel notebooks (worker processes), >= 1")
     p.add_argument("--out", default="reproduce_out", help="output directory (created)")
@@ -204,7 +237,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
     ns = _build_parser().parse_args(argv)
     if ns.preset not in PRESET_NAMES:
         raise ValueError(f"--preset must be one of {PRESET_NAMES}, got {ns.preset!r}")
-    names = resolve_names(ns.only)
+    names = resolve_names(ns.only, ns.preset)
     jobs = _positive_int_arg(ns.jobs, "--jobs")
     timeout = _positive_int_arg(ns.timeout, "--timeout")
     out = Path(ns.out).expanduser().resolve()
@@ -390,42 +423,79 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.close()
 
 
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none): the machine may be shared."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return None
+
+
+def _summary(plan: Plan, records: list[dict], t0: float, load_start: list[float] | None, finished: bool) -> dict:
+    order = {n: i for i, n in enumerate(plan.names)}
+    done = sorted(records, key=lambda r: order[r["name"]])
+    ran = {r["name"] for r in done}
+    return {
+        "preset": plan.preset,
+        "finished": finished,
+        "jobs": plan.jobs,
+        "scheduler": plan.scheduler,
+        "workers": plan.workers if plan.scheduler == "local" else None,
+        "overrides": dict(plan.overrides),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "load_average_start": load_start,
+        "load_average_end": _load_average(),
+        "cpu_count": os.cpu_count(),
+        "not_run": [n for n in NOTEBOOKS if n not in plan.names],
+        "pending": [n for n in plan.names if n not in ran],
+        "notebooks": done,
+    }
+
+
 def _run_plan(plan: Plan) -> int:
-    """Execute the notebooks of a validated plan and write ``summary.json``."""
+    """Execute the notebooks of a validated plan and write ``summary.json``.
+
+    ``summary.json`` is rewritten after every notebook (``"finished": false`` and the notebooks
+    still ``"pending"`` until the last one ends), so an interrupted run keeps the times measured.
+    """
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
+    load_start = _load_average()
     records: list[dict] = []
+    path = plan.out / "summary.json"
+
+    def record(rec: dict) -> None:
+        records.append(rec)
+        path.write_text(json.dumps(_summary(plan, records, t0, load_start, False), indent=2) + "\n")
+
     args = [(n, str(plan.notebook_dir), str(plan.out), plan.preset, dict(plan.overrides), plan.timeout)
             for n in plan.names]
     with tqdm(total=len(args), desc=f"notebooks ({plan.preset})", unit="nb") as bar:
         if plan.jobs == 1:
             for a in args:
-                records.append(run_notebook(*a))
+                record(run_notebook(*a))
                 bar.set_postfix_str(f"{a[0]} {records[-1]['status']}")
                 bar.update(1)
         else:
             with ProcessPoolExecutor(max_workers=plan.jobs) as pool:
                 futs = {pool.submit(run_notebook, *a): a[0] for a in args}
                 for fut in as_completed(futs):
-                    records.append(fut.result())
+                    record(fut.result())
                     bar.set_postfix_str(f"{futs[fut]} {records[-1]['status']}")
                     bar.update(1)
-    order = {n: i for i, n in enumerate(plan.names)}
-    records.sort(key=lambda r: order[r["name"]])
-    summary = {
-        "preset": plan.preset,
-        "jobs": plan.jobs,
-        "scheduler": plan.scheduler,
-        "overrides": dict(plan.overrides),
-        "total_seconds": round(time.perf_counter() - t0, 1),
-        "notebooks": records,
-    }
-    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = _summary(plan, records, t0, load_start, True)
+    records = summary["notebooks"]
+    path.write_text(json.dumps(summary, indent=2) + "\n")
     failed = [r for r in records if r["status"] != "ok"]
     for r in records:
         print(f"{r['name']:12s} {r['status']:7s} {r['seconds']:8.1f} s  -> {r['output']}")
-    print(f"total {summary['total_seconds']:.1f} s; summary in {plan.out / 'summary.json'}")
+    print(f"total {summary['total_seconds']:.1f} s (load average {load_start} at the start, "
+          f"{summary['load_average_end']} at the end); summary in {plan.out / 'summary.json'}")
+    not_run = [n for n in NOTEBOOKS if n not in plan.names]
+    if not_run and plan.preset == "paper":
+        print(f"not in the paper, not run: {', '.join(not_run)} (--preset full runs them, "
+              "or name them with --only)")
     for r in failed:
         print(f"FAILED {r['name']}: {r['error']}", file=sys.stderr)
     return 1 if failed else 0

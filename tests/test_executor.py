@@ -19,7 +19,7 @@ def _expected():
 
 
 def _same(a, b):
-    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_serial_threads_processes_agree(monkeypatch):
@@ -73,6 +73,12 @@ _TINY = {
     # two scenarios and the leakage curve (batch sizes <= N: the privacy attack needs M <= N)
     "baselines": dict(scenarios=("drift", "noise"), N=40, T=4, M=30, seeds=2, leak_Ms=(5, 20),
                       attack_starts=50),
+    "privacy": dict(N=60, K=2, r=0.9, Ls=(1, 2), Ms=(30,), epsilons=(0.5, 50.0), attack_Ms=(4,),
+                    attack_epsilons=(1.0, 1e7), attack_restarts=16, seeds=2),
+    # time_rounds=False: the timings are the only fields that depend on where a federation ran
+    "cross_device": dict(N=60, K=2, archetypes="random", total=40, Ls=(1, 4, 20), T=2, fit_max_L=4,
+                         noise=(False, True), hetero_sizes=(1, 3, 12), hetero_intermittent=5, hetero_noise=8,
+                         n_top=4, seeds=2, time_rounds=False),
 }
 
 
@@ -158,3 +164,65 @@ def test_structured_rows_are_their_seeds_runs(monkeypatch):
                                                   method=p.method, search="span", archetypes=xi)
                 assert res.single_k_hat[ki, s, ci, 0] == one.k_hat
                 assert res.single_min_m[ki, s, ci, 0] == float(one.magnetization.min())
+
+
+# Results published before issue 20 (hash of to_dict at the TINY sizes, computed with the code of
+# commit 21b61f3): privacy and cross_device moved their loops into tasks without changing a number.
+_PUBLISHED = {
+    "privacy": (dict(N=60, K=2, r=0.9, Ls=(1, 2), Ms=(30, 60), epsilons=(0.5, 50.0), attack_Ms=(4, 8),
+                     attack_epsilons=(1.0, 1e7), attack_restarts=16, seeds=3), 3, "ef499e34b6c443ed"),
+    "cross_device": (dict(_TINY["cross_device"]), 13, "f3d1229c81a10c8c"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(_PUBLISHED))
+def test_executor_split_kept_the_numbers(name, monkeypatch):
+    import hashlib
+    import importlib
+    import json
+
+    from fedlam.experiments._common import jsonable
+
+    monkeypatch.delenv(E.SCHEDULER_ENV, raising=False)
+    mod = importlib.import_module(f"fedlam.experiments.{name}")
+    kw, rng, want = _PUBLISHED[name]
+    p = type(mod.PRESETS["book"])(**kw)
+    got = hashlib.sha256(json.dumps(jsonable(mod.run(p, rng).to_dict()), sort_keys=True).encode()).hexdigest()
+    assert got[:16] == want
+
+
+@pytest.mark.slow
+def test_leakage_curve_parallel_and_its_points(monkeypatch):
+    """run_leakage splits into (seed, M) tasks: the same curve on any executor, equal to run()'s, and
+    each point is the attack on a batch drawn from that point's own stream."""
+    from fedlam import baselines as fb
+    from fedlam import data, operators
+    from fedlam.experiments import baselines
+    from fedlam.experiments._common import seed_pairs
+
+    monkeypatch.delenv(E.SCHEDULER_ENV, raising=False)
+    p = baselines.BaselinesParams(scenarios=("static",), methods=("federated", "kfed"), N=40, T=4, M=20,
+                                  leak_Ms=(3, 8, 30), attack="range", attack_starts=40, seeds=3)
+    serial = baselines.run_leakage(p, 17)
+    with ProcessPoolExecutor(2) as ex:
+        pooled = baselines.run_leakage(p, 17, executor=ex)
+    assert serial.keys() == pooled.keys()
+    for k in serial:
+        np.testing.assert_array_equal(serial[k], pooled[k])
+    full = baselines.run(p, 17)
+    for k in serial:
+        np.testing.assert_array_equal(full.leakage[k], serial[k])
+    # point (s, j) from its own seeds: archetypes from the seed's first integer, the batch from
+    # default_rng([second, j]) -- so a point does not depend on which other points ran before it
+    seed0 = seed_pairs(np.random.default_rng(17), p.seeds)[0][1]
+    pairs = seed_pairs(np.random.default_rng([seed0, 99]), p.seeds)
+    for s, (a, b) in enumerate(pairs):
+        xi = data.random_archetypes(p.K, p.N, a)
+        for j, M in enumerate(p.leak_Ms):
+            gen = np.random.default_rng([b, j])
+            X, _ = data.sample_examples(xi, M, p.r, np.full(p.K, 1.0 / p.K), gen)
+            plain = baselines.range_sign_attack(operators.hebbian(X), gen, starts=p.attack_starts)
+            want = fb.leaked_fraction(X, plain, int(p.leak_bits * p.N))
+            assert serial["hebbian_range"][s, j] == want == serial["hebbian"][s, j]
+    assert serial["hebbian"].shape == (3, 3) == serial["centroids_kmax"].shape

@@ -31,7 +31,7 @@ def _params_cls(mod):
 
 @pytest.mark.parametrize("mod", MODULES, ids=lambda m: m.__name__.split(".")[-1])
 def test_presets_are_valid_and_distinct(mod):
-    assert set(mod.PRESETS) == {"book", "paper"}
+    assert set(mod.PRESETS) == {"book", "paper", "full"}
     cls = _params_cls(mod)
     for p in mod.PRESETS.values():
         assert isinstance(p, cls)

@@ -13,6 +13,10 @@ from fedlam import reproduce
 
 def test_resolve_names():
     assert reproduce.resolve_names(None) == list(reproduce.NOTEBOOKS)
+    assert reproduce.resolve_names(None, "full") == list(reproduce.NOTEBOOKS)
+    # the paper preset selects the paper's own experiments; a notebook outside it runs when named
+    assert reproduce.resolve_names(None, "paper") == list(reproduce.PAPER_NOTEBOOKS)
+    assert reproduce.resolve_names(["privacy"], "paper") == ["privacy"]
     assert reproduce.resolve_names(["drift", "bbp"]) == ["bbp_panel", "drift"]
     with pytest.raises(ValueError, match="unknown experiment 'nope'"):
         reproduce.resolve_names(["nope"])
@@ -73,9 +77,11 @@ def test_end_to_end_tiny_bbp(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["preset"] == "book"
+    assert summary["preset"] == "book" and summary["finished"] and summary["pending"] == []
+    assert summary["not_run"] == [n for n in reproduce.NOTEBOOKS if n != "bbp_panel"]
+    assert summary["load_average_start"] is None or len(summary["load_average_start"]) == 3
     [rec] = summary["notebooks"]
-    assert rec["status"] == "ok"
+    assert rec["status"] == "ok" and rec["seconds"] > 0
     nb_dir = out / "bbp_panel"
     assert (nb_dir / "bbp_panel.ipynb").is_file()
     results = json.loads((nb_dir / "results.json").read_text())
@@ -159,3 +165,65 @@ def test_end_to_end_tiny_on_local_dask_cluster(tmp_path):
         outs[name] = json.loads((out / "drift" / "results.json").read_text())
     assert outs["serial"] == outs["dask"]
     assert not [p for p in psutil.Process().children(recursive=True) if "distributed" in " ".join(p.cmdline())]
+
+
+# --- presets (issue 20): paper = the paper's experiments at its sizes and seeds; full = everything -------
+
+def test_every_experiment_has_every_preset():
+    import importlib
+
+    from fedlam.experiments import adversarial
+
+    assert reproduce.PRESET_NAMES == ("book", "paper", "full")
+    for name, module in reproduce.NOTEBOOKS.items():
+        mod = importlib.import_module(f"fedlam.experiments.{module}")
+        assert set(mod.PRESETS) == set(reproduce.PRESET_NAMES), name
+        for preset in reproduce.PRESET_NAMES:
+            assert mod.make_params(preset) == mod.PRESETS[preset]
+    assert set(adversarial.TRADEOFF_PRESETS) == set(reproduce.PRESET_NAMES)
+    assert set(reproduce.PAPER_NOTEBOOKS) < set(reproduce.NOTEBOOKS)
+
+
+def test_paper_presets_are_the_papers_experiments():
+    """Sizes and seeds as stated in paper.tex (captions of the BBP, attacker, novelty and structured
+    figures), and nothing beyond them in the paper preset of the adversarial experiment."""
+    from fedlam.experiments import adversarial, bbp, novelty, structured
+
+    b = bbp.make_params("paper")
+    assert (b.N, b.seeds) == (400, 50)  # "averaged over 50 trials", N = 400
+    a = adversarial.make_params("paper")
+    assert (a.N, a.K, a.n_good, a.T, a.M, a.r_good, a.ema_alpha, a.seeds) == (1000, 3, 4, 10, 800, 0.9, 0.5, 20)
+    assert a.attacks == ("noise",) and a.defenses == ("none",) and a.t_new is None and a.L == 5
+    n = novelty.make_params("paper")
+    assert (n.N, n.T, n.t_intro, n.ramp, n.K_old, n.K_new, n.L, n.r, n.seeds) == (400, 24, 12, 4, 3, 3, 3, 0.8, 30)
+    s = structured.make_params("paper")
+    assert (s.T, s.M_total, s.L, s.rs, s.controller, s.seeds) == (12, 4000, 3, (0.6, 0.8), 0.6, 10)
+    # the grid and the sweep beyond the paper are the full preset's, at the same sizes and seeds
+    f = adversarial.make_params("full")
+    assert f.attacks == adversarial.ATTACKS and f.defenses == adversarial.DEFENSES and f.seeds == 20
+    assert (f.N, f.M, f.T) == (a.N, a.M, a.T)
+    assert adversarial.make_tradeoff_params("full").seeds == 20
+    assert adversarial.make_tradeoff_params("paper") == adversarial.make_tradeoff_params("book")
+    assert structured.make_params("full").n_subsets > s.n_subsets
+
+
+def test_help_states_each_presets_size_and_time(capsys):
+    with pytest.raises(SystemExit):
+        reproduce._build_parser().parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for preset in reproduce.PRESET_NAMES:
+        assert f"{preset}:" in out
+    assert "1400 federations" in out and "20 seeds" in out
+    assert "_TIME" not in out  # no placeholder left
+    import re
+
+    for preset in ("paper", "full"):  # each states a time, estimated or measured
+        part = out.split(f"{preset}:")[1].split("full:")[0] if preset == "paper" else out.split("full:")[1]
+        assert re.search(r"(measured|estimated).*\d+(\.\d+)? (min|hours)", part), part
+
+
+def test_paper_preset_plan(tmp_path):
+    plan = reproduce.parse_args(["--preset", "paper", "--out", str(tmp_path)])
+    assert plan.names == reproduce.PAPER_NOTEBOOKS
+    plan = reproduce.parse_args(["--preset", "full", "--out", str(tmp_path)])
+    assert plan.names == tuple(reproduce.NOTEBOOKS)

@@ -2,9 +2,10 @@
 
 Each module has a frozen parameters dataclass (validated on construction: bad values raise
 ``ValueError``/``TypeError`` naming the field before any work), ``PRESETS = {"book": ..., "paper":
-...}``, ``make_params(preset, **overrides)``, a pure ``run(params, rng)`` returning a result
-dataclass of arrays with ``to_dict()``, and nothing plotting-related (figures are drawn in the
-notebooks with :mod:`fedlam.plotting`).
+..., "full": ...}`` (the book's small sizes; the paper's experiments at the paper's sizes and seeds;
+the paper's sizes for everything, our additions included), ``make_params(preset, **overrides)``,
+a pure ``run(params, rng)`` returning a result dataclass of arrays with ``to_dict()``, and nothing
+plotting-related (figures are drawn in the notebooks with :mod:`fedlam.plotting`).
 
 - :mod:`fedlam.experiments.bbp` — BBP validation panel ({ref}`sec-exp-bbp`)
 - :mod:`fedlam.experiments.adversarial` — noise, poisoning and sign-flipped clients
@@ -18,7 +19,7 @@ notebooks with :mod:`fedlam.plotting`).
 - :mod:`fedlam.experiments.cross_device` — many clients with a handful of examples each
   ({ref}`sec-exp-cross-device`)
 
-``python -m fedlam.reproduce`` runs all notebooks at either preset (see :mod:`fedlam.reproduce`).
+``python -m fedlam.reproduce`` runs the notebooks at any preset (see :mod:`fedlam.reproduce`).
 Submodules are imported on first use.
 """
 

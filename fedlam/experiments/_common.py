@@ -2,7 +2,7 @@
 
 Nothing here computes anything scientific; it keeps the six experiment modules short and makes
 them behave the same way (one frozen parameters dataclass per experiment, validated before any
-work, ``PRESETS = {"book": ..., "paper": ...}``, a pure ``run(params, rng)`` and a result object
+work, ``PRESETS = {"book": ..., "paper": ..., "full": ...}``, a pure ``run(params, rng)`` and a result object
 with a JSON-serialisable ``to_dict()``).
 """
 

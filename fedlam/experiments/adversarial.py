@@ -170,8 +170,8 @@ class AdversarialParams:
         Bits the ``"targeted"`` attacker flips in the archetype it corrupts.
     t_new : int or None
         Round at which a new archetype appears at good client 0 (it reaches good client ``c`` at
-        ``t_new + c * spread``); None (default): no new archetype. The presets set it (book 2,
-        paper 3).
+        ``t_new + c * spread``); None (default): no new archetype, as in the paper (and its preset);
+        the book and full presets set it (2 and 3).
     spread, pi_new
         See :func:`spreading_novelty`.
     seeds : int
@@ -241,14 +241,21 @@ class AdversarialParams:
         return self.K + (0 if self.t_new is None else 1)
 
 
+#: ``"paper"`` is the paper's experiment (its figure "client_aware_adaptive_weight"): four good
+#: clients and one pure-noise client, the paper's mean, N = 1000, K = 3, T = 10, M = 800, 20 seeds,
+#: under the paper's rule and ours. ``"full"`` adds our attack x defence grid (7 attacks x 5
+#: defences) and a new archetype spreading from round 3, at the same sizes and seeds (about 1400
+#: federations at N = 1000). ``"book"`` is the full grid at a small size.
 PRESETS: dict[str, AdversarialParams] = {
     "book": AdversarialParams(N=200, M=200, T=8, t_new=2, seeds=2),
-    "paper": AdversarialParams(t_new=3),
+    "paper": AdversarialParams(attacks=("noise",), defenses=("none",), t_new=None),
+    "full": AdversarialParams(t_new=3),
 }
 
 
 def make_params(preset: str = "book", **overrides: Any) -> AdversarialParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(AdversarialParams, PRESETS, preset, **overrides)
 
 
@@ -501,9 +508,13 @@ class TradeoffParams:
         check_positive_int(self.seeds, "seeds")
 
 
+#: The trade-off sweep is ours (the paper has no defence): ``"full"`` runs it at the paper's sizes
+#: (N = 1000, M = 800, 20 seeds: about 960 federations); ``"paper"`` keeps the book's small sweep, so
+#: that the notebook runs unchanged at the paper preset.
 TRADEOFF_PRESETS: dict[str, TradeoffParams] = {
     "book": TradeoffParams(N=200, M=200, T=8, seeds=1),
-    "paper": TradeoffParams(),
+    "paper": TradeoffParams(N=200, M=200, T=8, seeds=1),
+    "full": TradeoffParams(),
 }
 
 

@@ -199,12 +199,16 @@ class BaselinesParams:
 PRESETS: dict[str, BaselinesParams] = {
     "book": BaselinesParams(methods=ALL_METHODS, N=200, T=14, M=100, structured_T=8,
                             attack_starts=500, leak_Ms=(5, 10, 20, 50, 100), seeds=2),
-    "paper": BaselinesParams(methods=ALL_METHODS),
+    "full": BaselinesParams(methods=ALL_METHODS),
 }
+#: not an experiment of the paper: ``python -m fedlam.reproduce --preset paper`` leaves it out unless
+#: named with ``--only``; its ``"paper"`` preset is its ``"full"`` one (the paper's scale)
+PRESETS["paper"] = PRESETS["full"]
 
 
 def make_params(preset: str = "book", **overrides: Any) -> BaselinesParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(BaselinesParams, PRESETS, preset, **overrides)
 
 
@@ -364,8 +368,46 @@ def hebbian_attack(J: np.ndarray, M: int, rng: np.random.Generator | int, attack
     return range_sign_attack(J, rng, starts=starts)
 
 
+_LEAK_KEYS = ("hebbian", "hebbian_range", "centroids_K", "centroids_kmax")
+
+
+def _leakage_point(N: int, K: int, r: float, M: int, k_max: int, seed_xi: int, seed_data: int, j: int,
+                   starts: int, max_bits: int, attack: str) -> tuple[float, float, float, float]:
+    """One point of :func:`leakage_curve`: seed pair ``(seed_xi, seed_data)``, batch size ``M``
+    (the ``j``-th of the curve). The archetypes come from ``seed_xi`` (the same for every M of a
+    seed), the batch and the attacks from ``default_rng([seed_data, j])``: one independent task."""
+    from fedlam import baselines, data, operators
+
+    xi = data.random_archetypes(K, N, seed_xi)
+    gen = np.random.default_rng([seed_data, j])
+    ex, _ = data.sample_examples(xi, M, r, np.full(K, 1.0 / K), gen)
+    J = operators.hebbian(ex)
+    plain = range_sign_attack(J, gen, starts=starts)
+    leak_range = baselines.leaked_fraction(ex, plain, max_bits)
+    cand = plain if attack == "range" else hebbian_attack(J, M, gen, attack, starts)
+    leak_chosen = baselines.leaked_fraction(ex, cand, max_bits)
+    sent = [baselines.sign_patterns(baselines.local_centroids([ex], kk, gen).centroids[0]) for kk in (K, k_max)]
+    return (leak_chosen, leak_range, baselines.leaked_fraction(ex, sent[0], max_bits),
+            baselines.leaked_fraction(ex, sent[1], max_bits))
+
+
+def _leakage_tasks(N: int, K: int, r: float, Ms: tuple, k_max: int, rng: Any, seeds: int, starts: int,
+                   max_bits: int, attack: str) -> list[tuple]:
+    """The (seed, M) tasks of :func:`leakage_curve`, their seeds drawn from ``rng`` up front."""
+    return [(_leakage_point, N, K, r, M, k_max, a, b, j, starts, max_bits, attack)
+            for a, b in seed_pairs(rng, seeds) for j, M in enumerate(Ms)]
+
+
+def _leakage_assemble(Ms: tuple, seeds: int, points: list) -> dict:
+    arr = np.asarray(points, dtype=np.float64).reshape(seeds, len(Ms), len(_LEAK_KEYS))
+    out: dict = {key: arr[:, :, i].copy() for i, key in enumerate(_LEAK_KEYS)}
+    out["Ms"] = np.array(Ms)
+    return out
+
+
 def leakage_curve(N: int, K: int, r: float, Ms: tuple, k_max: int, rng: np.random.Generator | int,
-                  seeds: int = 2, starts: int = 500, max_bits: int = 0, attack: str = "range") -> dict:
+                  seeds: int = 2, starts: int = 500, max_bits: int = 0, attack: str = "range",
+                  executor: Any = None) -> dict:
     """Fraction of one client's examples revealed by its first upload, against its batch size M.
 
     For each M in ``Ms`` and seed: K random archetypes, one client's batch from the uniform
@@ -374,33 +416,24 @@ def leakage_curve(N: int, K: int, r: float, Ms: tuple, k_max: int, rng: np.rando
     k-FED centroids with k′ = K, and with k′ = ``k_max`` (what the ``_auto`` methods send).
     Derived in {ref}`sec-exp-baselines-clustering`.
 
+    Every (seed, M) point draws from its own stream: a pair of integer seeds per seed is drawn
+    from ``rng`` up front (the archetypes of the seed, and the data of its points), so the points
+    are independent tasks and ``executor`` (a :class:`concurrent.futures.Executor`; None: serial,
+    or the cluster named by ``FEDLAM_SCHEDULER``) can run them anywhere with the same result.
+
     Returns
     -------
     dict
         ``"Ms"``, and for ``"hebbian"`` (the chosen attack), ``"hebbian_range"``,
         ``"centroids_K"``, ``"centroids_kmax"`` (S, len(Ms)) arrays of revealed fractions.
     """
-    from fedlam import baselines, data, operators
+    from fedlam.experiments._executor import map_seeds
 
-    gen = as_rng(rng)
     Ms = check_int_tuple(Ms, "Ms")
-    keys = ("hebbian", "hebbian_range", "centroids_K", "centroids_kmax")
-    out = {key: np.zeros((seeds, len(Ms))) for key in keys}
-    for s in range(seeds):
-        xi = data.random_archetypes(K, N, gen)
-        for j, M in enumerate(Ms):
-            ex, _ = data.sample_examples(xi, M, r, np.full(K, 1.0 / K), gen)
-            J = operators.hebbian(ex)
-            plain = range_sign_attack(J, gen, starts=starts)
-            out["hebbian_range"][s, j] = baselines.leaked_fraction(ex, plain, max_bits)
-            cand = plain if attack == "range" else hebbian_attack(J, M, gen, attack, starts)
-            out["hebbian"][s, j] = baselines.leaked_fraction(ex, cand, max_bits)
-            for key, kk in (("centroids_K", K), ("centroids_kmax", k_max)):
-                up = baselines.local_centroids([ex], kk, gen)
-                sent = baselines.sign_patterns(up.centroids[0])
-                out[key][s, j] = baselines.leaked_fraction(ex, sent, max_bits)
-    out["Ms"] = np.array(Ms)
-    return out
+    seeds = check_positive_int(seeds, "seeds")
+    check_choice(attack, "attack", ("range", "privacy"))
+    tasks = _leakage_tasks(N, K, r, Ms, k_max, as_rng(rng), seeds, starts, max_bits, attack)
+    return _leakage_assemble(Ms, seeds, map_seeds(_call, tasks, executor))
 
 
 # ----------------------------------------------------------------------------------------
@@ -750,12 +783,11 @@ def _run_seed(p: BaselinesParams, name: str, seed_xi: int, seed_fed: int) -> dic
     return arrs
 
 
-def _leakage_task(p: BaselinesParams, seed_fed0: int) -> dict:
-    """The leakage curve of :func:`run` and :func:`run_leakage` (one task: its seeds share one
-    generator, ``default_rng([seed_fed0, 99])``, so they cannot be split without changing it)."""
-    return leakage_curve(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seed_fed0, 99]),
-                         seeds=p.seeds, starts=p.attack_starts, max_bits=math.floor(p.leak_bits * p.N),
-                         attack=p.attack)
+def _leakage_tasks_of(p: BaselinesParams, seed_fed0: int) -> list[tuple]:
+    """The tasks of the leakage curve of :func:`run` and :func:`run_leakage`: its per-seed streams
+    come from ``default_rng([seed_fed0, 99])`` (``seed_fed0``: the first seed pair's federation seed)."""
+    return _leakage_tasks(p.N, p.K, p.r, p.leak_Ms, p.k_max, np.random.default_rng([seed_fed0, 99]), p.seeds,
+                          p.attack_starts, math.floor(p.leak_bits * p.N), p.attack)
 
 
 def _call(fn: Any, *args: Any) -> Any:
@@ -786,11 +818,13 @@ def run(params: BaselinesParams, rng: Any, *, leakage: bool = True, executor: An
     seeds = seed_pairs(gen0, p.seeds)
     tasks: list[tuple] = [(_run_seed, p, name, seed_xi, seed_fed)
                           for name in p.scenarios for seed_xi, seed_fed in seeds]
+    n_runs = len(tasks)
     with_leakage = leakage and any(m in CLUSTERING_METHODS for m in p.methods)
     if with_leakage:
-        tasks.append((_leakage_task, p, seeds[0][1]))
+        tasks += _leakage_tasks_of(p, seeds[0][1])
     results = map_seeds(_call, tasks, executor)
-    leak_curve: dict = results.pop() if with_leakage else {}
+    leak_curve: dict = _leakage_assemble(p.leak_Ms, p.seeds, results[n_runs:]) if with_leakage else {}
+    results = results[:n_runs]
     out: dict[str, dict] = {k: {} for k in ("mag", "best", "spur", "k", "bytes", "leak", "wall", "summary")}
     for i, name in enumerate(p.scenarios):
         per_seed = results[i * p.seeds:(i + 1) * p.seeds]
@@ -805,14 +839,21 @@ def run(params: BaselinesParams, rng: Any, *, leakage: bool = True, executor: An
                            leakage=leak_curve, summary=out["summary"])
 
 
-def run_leakage(params: BaselinesParams, rng: Any) -> dict:
+def run_leakage(params: BaselinesParams, rng: Any, executor: Any = None) -> dict:
     """The leakage curve of ``run(params, rng)`` alone (same seeds), for a notebook that runs
-    the scenarios in several cells."""
+    the scenarios in several cells.
+
+    Its (seed, batch size) points are independent tasks with their own streams, drawn up front
+    (see :func:`leakage_curve`); ``executor`` runs them (None: serial, or the cluster named by
+    ``FEDLAM_SCHEDULER``) and the result does not depend on it.
+    """
+    from fedlam.experiments._executor import map_seeds
+
     if not isinstance(params, BaselinesParams):
         raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
     p = params
     seeds = seed_pairs(as_rng(rng), p.seeds)
-    return _leakage_task(p, seeds[0][1])
+    return _leakage_assemble(p.leak_Ms, p.seeds, map_seeds(_call, _leakage_tasks_of(p, seeds[0][1]), executor))
 
 
 def combine(parts: Any, leakage: dict | None = None) -> BaselinesResult:

@@ -97,10 +97,12 @@ PRESETS: dict[str, BBPParams] = {
     "book": BBPParams(seeds=10),
     "paper": BBPParams(seeds=50),
 }
+PRESETS["full"] = PRESETS["paper"]  # the panel is the paper's figure, nothing to add
 
 
 def make_params(preset: str = "book", **overrides: Any) -> BBPParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(BBPParams, PRESETS, preset, **overrides)
 
 

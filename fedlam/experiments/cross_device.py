@@ -191,12 +191,16 @@ class CrossDeviceParams:
 PRESETS: dict[str, CrossDeviceParams] = {
     "book": CrossDeviceParams(N=400, K=4, archetypes="random", total=1000, Ls=(1, 10, 100, 500), T=2,
                               hetero_sizes=(1, 2, 5, 10, 20, 50, 100, 200, 500), seeds=1),
-    "paper": CrossDeviceParams(),
+    "full": CrossDeviceParams(),
 }
+#: not an experiment of the paper: ``python -m fedlam.reproduce --preset paper`` leaves it out unless
+#: named with ``--only``; its ``"paper"`` preset is its ``"full"`` one
+PRESETS["paper"] = PRESETS["full"]
 
 
 def make_params(preset: str = "book", **overrides: Any) -> CrossDeviceParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(CrossDeviceParams, PRESETS, preset, **overrides)
 
 
@@ -461,12 +465,46 @@ def hetero_specs(p: CrossDeviceParams, K: int) -> tuple[list, np.ndarray]:
     return specs, np.array(sizes, dtype=np.int64).reshape(len(sizes), p.T)
 
 
-def run(params: CrossDeviceParams, rng: Any) -> CrossDeviceResult:
-    """Run every split (rule x noise x L) and the heterogeneous federation, per seed."""
-    if not isinstance(params, CrossDeviceParams):
-        raise TypeError(f"params must be a CrossDeviceParams, got {type(params).__name__}")
+def _split_task(p: CrossDeviceParams, xi: np.ndarray, seed_run: int, li: int, ni: int, ri: int) -> RoundLog:
+    """One federation of the split part (L = ``p.Ls[li]`` clients, noise client ``p.noise[ni]``,
+    K-hat rule ``p.rules[ri]``): one task of :func:`run`, seeded by ``(seed_run, li, ni)`` alone."""
     from fedlam import data
     from fedlam import federation as F
+
+    L, K, T = p.Ls[li], xi.shape[0], p.T
+    Mc = p.total // L
+    mix = data.static_mixture(T, L, K)
+    specs = [F.ClientSpec(r=p.r, M=Mc, mixture=mix[:, c]) for c in range(L)]
+    if p.noise[ni]:
+        specs.append(F.ClientSpec(M=Mc, kind="noise"))
+    return federate(xi, specs, T, np.random.default_rng([seed_run, li, ni]), controller=p.controller,
+                    k_rule=p.rules[ri], n_top=p.n_top, time_rounds=p.time_rounds)
+
+
+def _hetero_task(p: CrossDeviceParams, xi: np.ndarray, seed_run: int, ai: int) -> RoundLog:
+    """The heterogeneous federation under aggregation ``p.aggregations[ai]`` (one task of :func:`run`)."""
+    specs, _ = hetero_specs(p, xi.shape[0])
+    return federate(xi, specs, p.T, np.random.default_rng([seed_run, 999]), controller=p.controller,
+                    aggregation=p.aggregations[ai], n_top=p.n_top, time_rounds=False)
+
+
+def _call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``: lets one :func:`map_seeds` call run tasks of several module-level functions."""
+    return fn(*args)
+
+
+def run(params: CrossDeviceParams, rng: Any, executor: Any = None) -> CrossDeviceResult:
+    """Run every split (rule x noise x L) and the heterogeneous federation, per seed.
+
+    ``executor`` (a :class:`concurrent.futures.Executor`, e.g. a Dask client's executor; None:
+    serial, or the cluster named by ``FEDLAM_SCHEDULER``) runs every federation as an independent
+    task (:func:`fedlam.experiments._executor.map_seeds`); the seeds are drawn from ``rng`` up
+    front, so the result does not depend on the executor (the timings aside: ``time_rounds``
+    measures each round where it runs).
+    """
+    if not isinstance(params, CrossDeviceParams):
+        raise TypeError(f"params must be a CrossDeviceParams, got {type(params).__name__}")
+    from fedlam.experiments._executor import map_seeds
 
     p = params
     S, nR, nN, nL, T = p.seeds, len(p.rules), len(p.noise), len(p.Ls), p.T
@@ -485,36 +523,37 @@ def run(params: CrossDeviceParams, rng: Any) -> CrossDeviceResult:
     h_mag = np.zeros((S, nA, T, K))
     h_top = np.full((S, nA, T, p.n_top), np.nan)
     h_w = np.full((S, nA, T, Lh), np.nan)
+    keys: list[tuple] = []  # ("split", (s, ri, ni, li)) or ("hetero", (s, ai)), in task order
+    tasks: list[tuple] = []
     for s, (seed_xi, seed_run) in enumerate(seed_pairs(rng, S)):
         xi = _archetypes(p, seed_xi)
         for li, L in enumerate(p.Ls):
-            mix = data.static_mixture(T, L, K)
-            honest = [F.ClientSpec(r=p.r, M=int(Mc[li]), mixture=mix[:, c]) for c in range(L)]
-            for ni, noisy in enumerate(p.noise):
-                specs = honest + ([F.ClientSpec(M=int(Mc[li]), kind="noise")] if noisy else [])
+            for ni in range(nN):
                 for ri, rule in enumerate(p.rules):
                     if rule == "fit" and L > p.fit_max_L:
                         continue
-                    log = federate(xi, specs, T, np.random.default_rng([seed_run, li, ni]),
-                                   controller=p.controller, k_rule=rule, n_top=p.n_top,
-                                   time_rounds=p.time_rounds)
-                    idx = (s, ri, ni, li)
-                    for n in ints:
-                        ints[n][idx] = getattr(log, n)
-                    for n in flt:
-                        flt[n][idx] = getattr(log, n)
-                    mag[idx] = log.magnetization
-                    top[idx] = log.top
-        for ai, agg in enumerate(p.aggregations if p.hetero_sizes else ()):
-            log = federate(xi, h_specs, T, np.random.default_rng([seed_run, 999]), controller=p.controller,
-                           aggregation=agg, n_top=p.n_top, time_rounds=False)
+                    keys.append(("split", (s, ri, ni, li)))
+                    tasks.append((_split_task, p, xi, seed_run, li, ni, ri))
+        for ai in range(nA):
+            keys.append(("hetero", (s, ai)))
+            tasks.append((_hetero_task, p, xi, seed_run, ai))
+    logs = map_seeds(_call, tasks, executor)
+    for (kind, idx), log in zip(keys, logs, strict=True):
+        if kind == "split":
+            for n in ints:
+                ints[n][idx] = getattr(log, n)
+            for n in flt:
+                flt[n][idx] = getattr(log, n)
+            mag[idx] = log.magnetization
+            top[idx] = log.top
+        else:
             for n in h_ints:
-                h_ints[n][s, ai] = getattr(log, n)
+                h_ints[n][idx] = getattr(log, n)
             for n in h_flt:
-                h_flt[n][s, ai] = getattr(log, n)
-            h_mag[s, ai] = log.magnetization
-            h_top[s, ai] = log.top
-            h_w[s, ai] = log.weights
+                h_flt[n][idx] = getattr(log, n)
+            h_mag[idx] = log.magnetization
+            h_top[idx] = log.top
+            h_w[idx] = log.weights
     n_h = h_sizes.shape[0] - (1 if p.hetero_noise else 0)
     h_m_eff = np.zeros((nA, T))
     for ai, agg in enumerate(p.aggregations if p.hetero_sizes else ()):

@@ -94,10 +94,12 @@ PRESETS: dict[str, DriftParams] = {
     "book": DriftParams(N=200, T=18, M=100, seeds=3),
     "paper": DriftParams(),
 }
+PRESETS["full"] = PRESETS["paper"]  # the figure is the paper's, nothing to add
 
 
 def make_params(preset: str = "book", **overrides: Any) -> DriftParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(DriftParams, PRESETS, preset, **overrides)
 
 

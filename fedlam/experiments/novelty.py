@@ -108,10 +108,12 @@ PRESETS: dict[str, NoveltyParams] = {
     "book": NoveltyParams(N=200, T=16, t_intro=7, ramp=3, M=100, seeds=3),
     "paper": NoveltyParams(),
 }
+PRESETS["full"] = PRESETS["paper"]  # the figure is the paper's, nothing to add
 
 
 def make_params(preset: str = "book", **overrides: Any) -> NoveltyParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(NoveltyParams, PRESETS, preset, **overrides)
 
 

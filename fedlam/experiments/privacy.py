@@ -112,12 +112,16 @@ PRESETS: dict[str, PrivacyParams] = {
     "book": PrivacyParams(N=400, Ms=(100, 400), epsilons=(0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
                                                           5.0, 10.0),
                           attack_Ms=(10, 20), attack_restarts=128, seeds=2),
-    "paper": PrivacyParams(),
+    "full": PrivacyParams(),
 }
+#: not an experiment of the paper: ``python -m fedlam.reproduce --preset paper`` leaves it out unless
+#: named with ``--only``; its ``"paper"`` preset is its ``"full"`` one (the paper's N, M and r)
+PRESETS["paper"] = PRESETS["full"]
 
 
 def make_params(preset: str = "book", **overrides: Any) -> PrivacyParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(PrivacyParams, PRESETS, preset, **overrides)
 
 
@@ -177,64 +181,83 @@ def _recovered(found: np.ndarray, ex: np.ndarray) -> int:
     return int((ov == ex.shape[1]).any(axis=0).sum())
 
 
-def run(params: PrivacyParams, rng: Any) -> PrivacyResult:
-    """Run the frontier (every L, M, epsilon on the same archetypes per seed) and the attacks."""
-    if not isinstance(params, PrivacyParams):
-        raise TypeError(f"params must be a PrivacyParams, got {type(params).__name__}")
+def _run_seed(p: PrivacyParams, seed_xi: int, seed_run: int) -> dict:
+    """Every (L, M, epsilon) federation and every attack of one seed pair (one task of :func:`run`).
+
+    Every random draw comes from ``seed_xi`` and ``seed_run``, so the result does not depend on
+    where the task runs.
+    """
     from fedlam import data, metrics, operators, privacy
 
-    p = params
-    S, nL, nM, E, K, nA = p.seeds, len(p.Ls), len(p.Ms), len(p.epsilons), p.K, len(p.attack_Ms)
+    nL, nM, E, K, nA = len(p.Ls), len(p.Ms), len(p.epsilons), p.K, len(p.attack_Ms)
     EA = len(p.attack_epsilons)
     mix = np.full(K, 1.0 / K)
+    out = {"mag": np.zeros((nL, nM, E, K)), "kh": np.zeros((nL, nM, E), dtype=np.int64),
+           "sp": np.zeros((nL, nM, E), dtype=np.int64), "npat": np.zeros((nL, nM, E), dtype=np.int64),
+           "arec": np.zeros((nA, EA)), "afound": np.zeros((nA, EA), dtype=np.int64), "aclean": np.zeros(nA)}
+    xi = data.random_archetypes(K, p.N, seed_xi)
+    streams = np.random.default_rng(seed_run).spawn(4)
+    Lmax, Mmax = max(p.Ls), max(p.Ms)
+    # the same client batches for every (L, M): client c's first M examples
+    batches = [data.sample_examples(xi, Mmax, p.r, mix, g)[0]
+               for g in streams[0].spawn(Lmax)]
+    for mi, M in enumerate(p.Ms):
+        ops = [operators.hebbian(b[:M]) for b in batches]
+        for ei, eps in enumerate(p.epsilons):
+            noise_rngs = np.random.default_rng([seed_run, mi, ei]).spawn(Lmax)
+            noised = [privacy.gaussian_mechanism(J, M, eps, p.delta, g, p.rounds)
+                      for J, g in zip(ops, noise_rngs, strict=True)]
+            sig = privacy.noise_scale(M, eps, p.delta, p.rounds, N=p.N)
+            for li, L in enumerate(p.Ls):
+                Jm = np.mean(noised[:L], axis=0)
+                sm = float(np.sqrt(privacy.mean_noise_var([sig] * L)))
+                res = server_factorize(Jm, np.random.default_rng([seed_run, mi, ei, li, 1]),
+                                       r=p.r, L=L, M=M, noise_sigma=sm)
+                pats = res.patterns
+                out["kh"][li, mi, ei] = res.k_hat
+                out["npat"][li, mi, ei] = pats.shape[0]
+                out["mag"][li, mi, ei] = metrics.magnetization(pats, xi)
+                out["sp"][li, mi, ei] = metrics.spurious_count(pats, xi) if pats.shape[0] else 0
+    for ai, Ma in enumerate(p.attack_Ms):
+        ex = data.sample_examples(xi, Ma, p.r, mix, streams[1].spawn(nA)[ai])[0]
+        J = operators.hebbian(ex)
+        res = privacy.attack(J, Ma, np.random.default_rng([seed_run, ai, 99]), restarts=p.attack_restarts)
+        out["aclean"][ai] = _recovered(res.examples, ex) / Ma
+        for ei, eps in enumerate(p.attack_epsilons):
+            Jn = privacy.gaussian_mechanism(J, Ma, eps, p.delta, np.random.default_rng([seed_run, ai, ei, 7]),
+                                            p.rounds)
+            sa = privacy.noise_scale(Ma, eps, p.delta, p.rounds, N=p.N)
+            res = privacy.attack(Jn, Ma, np.random.default_rng([seed_run, ai, ei, 8]),
+                                 restarts=p.attack_restarts, noise_sigma=sa, patience=1)
+            out["arec"][ai, ei] = _recovered(res.examples, ex) / Ma
+            out["afound"][ai, ei] = res.examples.shape[0]
+    return out
+
+
+def run(params: PrivacyParams, rng: Any, executor: Any = None) -> PrivacyResult:
+    """Run the frontier (every L, M, epsilon on the same archetypes per seed) and the attacks.
+
+    ``executor`` (a :class:`concurrent.futures.Executor`, e.g. a Dask client's executor; None:
+    serial, or the cluster named by ``FEDLAM_SCHEDULER``) runs the seeds as independent tasks
+    (:func:`fedlam.experiments._executor.map_seeds`); the seeds are drawn from ``rng`` up front, so
+    the result does not depend on the executor.
+    """
+    if not isinstance(params, PrivacyParams):
+        raise TypeError(f"params must be a PrivacyParams, got {type(params).__name__}")
+    from fedlam import privacy
+    from fedlam.experiments._executor import map_seeds
+
+    p = params
+    K = p.K
     thr = np.array([[privacy.epsilon_threshold(p.r, 1.0 / K, p.N, M, p.delta, L=L, rounds=p.rounds)
                      for M in p.Ms] for L in p.Ls])
     sig = np.array([[privacy.noise_scale(M, e, p.delta, p.rounds, N=p.N) for e in p.epsilons] for M in p.Ms])
-    mag = np.zeros((S, nL, nM, E, K))
-    kh = np.zeros((S, nL, nM, E), dtype=np.int64)
-    sp = np.zeros((S, nL, nM, E), dtype=np.int64)
-    npat = np.zeros((S, nL, nM, E), dtype=np.int64)
-    arec = np.zeros((S, nA, EA))
-    afound = np.zeros((S, nA, EA), dtype=np.int64)
     eex = np.array([privacy.privacy_window(p.r, 1.0 / K, p.N, Ma, p.delta, rounds=p.rounds).epsilon_example
                     for Ma in p.attack_Ms])
-    aclean = np.zeros((S, nA))
-    for s, (seed_xi, seed_run) in enumerate(seed_pairs(rng, S)):
-        xi = data.random_archetypes(K, p.N, seed_xi)
-        streams = np.random.default_rng(seed_run).spawn(4)
-        Lmax, Mmax = max(p.Ls), max(p.Ms)
-        # the same client batches for every (L, M): client c's first M examples
-        batches = [data.sample_examples(xi, Mmax, p.r, mix, g)[0]
-                   for g in streams[0].spawn(Lmax)]
-        for mi, M in enumerate(p.Ms):
-            ops = [operators.hebbian(b[:M]) for b in batches]
-            for ei, eps in enumerate(p.epsilons):
-                noise_rngs = np.random.default_rng([seed_run, mi, ei]).spawn(Lmax)
-                noised = [privacy.gaussian_mechanism(J, M, eps, p.delta, g, p.rounds)
-                          for J, g in zip(ops, noise_rngs, strict=True)]
-                for li, L in enumerate(p.Ls):
-                    Jm = np.mean(noised[:L], axis=0)
-                    sm = float(np.sqrt(privacy.mean_noise_var([sig[mi, ei]] * L)))
-                    res = server_factorize(Jm, np.random.default_rng([seed_run, mi, ei, li, 1]),
-                                           r=p.r, L=L, M=M, noise_sigma=sm)
-                    pats = res.patterns
-                    kh[s, li, mi, ei] = res.k_hat
-                    npat[s, li, mi, ei] = pats.shape[0]
-                    mag[s, li, mi, ei] = metrics.magnetization(pats, xi)
-                    sp[s, li, mi, ei] = metrics.spurious_count(pats, xi) if pats.shape[0] else 0
-        for ai, Ma in enumerate(p.attack_Ms):
-            ex = data.sample_examples(xi, Ma, p.r, mix, streams[1].spawn(nA)[ai])[0]
-            J = operators.hebbian(ex)
-            res = privacy.attack(J, Ma, np.random.default_rng([seed_run, ai, 99]), restarts=p.attack_restarts)
-            aclean[s, ai] = _recovered(res.examples, ex) / Ma
-            for ei, eps in enumerate(p.attack_epsilons):
-                Jn = privacy.gaussian_mechanism(J, Ma, eps, p.delta, np.random.default_rng([seed_run, ai, ei, 7]),
-                                                p.rounds)
-                sa = privacy.noise_scale(Ma, eps, p.delta, p.rounds, N=p.N)
-                res = privacy.attack(Jn, Ma, np.random.default_rng([seed_run, ai, ei, 8]),
-                                     restarts=p.attack_restarts, noise_sigma=sa, patience=1)
-                arec[s, ai, ei] = _recovered(res.examples, ex) / Ma
-                afound[s, ai, ei] = res.examples.shape[0]
+    outs = map_seeds(_run_seed, [(p, a, b) for a, b in seed_pairs(rng, p.seeds)], executor)
+    st = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
+    mag, kh, sp, npat = st["mag"], st["kh"], st["sp"], st["npat"]
+    arec, afound, aclean = st["arec"], st["afound"], st["aclean"]
     summary: dict = {}
     for li, L in enumerate(p.Ls):
         for mi, M in enumerate(p.Ms):

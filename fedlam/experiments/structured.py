@@ -182,14 +182,19 @@ class StructuredParams:
         return math.ceil(self.M_total / (self.L * self.T))
 
 
+#: ``"paper"``: part 1 (the paper's three classes) at the paper's sizes and 10 seeds; part 2 (our
+#: class subsets K = 3-10) at the book's size. ``"full"``: part 2 too at its full size (10 subsets
+#: per K, federations on 3 of them over 12 rounds).
 PRESETS: dict[str, StructuredParams] = {
     "book": StructuredParams(seeds=1, n_subsets=3, fed_subsets=1, fed_T=3),
-    "paper": StructuredParams(),
+    "paper": StructuredParams(n_subsets=3, fed_subsets=1, fed_T=3),
+    "full": StructuredParams(),
 }
 
 
 def make_params(preset: str = "book", **overrides: Any) -> StructuredParams:
-    """Preset ``"book"`` or ``"paper"`` with field overrides (``None`` keeps the preset value)."""
+    """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
+    the preset value)."""
     return _make_params(StructuredParams, PRESETS, preset, **overrides)
 
 
