@@ -202,8 +202,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="spread every experiment's seeds over a dask.distributed cluster: 'local' "
                    "starts a LocalCluster on 127.0.0.1, or the address tcp://HOST:PORT of a running "
                    "scheduler")
-    p.add_argument("--workers", default="2",
-                   help="worker processes of --scheduler local (one thread each), >= 1")
+    p.add_argument("--workers", default=None,
+                   help="worker processes of --scheduler local (one thread each), >= 1; default 2 "
+                   "(a remote scheduler has its own workers)")
     return p
 
 
@@ -245,7 +246,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
         raise ValueError(f"--out must be a directory, {str(out)!r} is an existing file")
     _check_out_parent(out)
     scheduler = _check_scheduler(ns.scheduler)
-    workers = _positive_int_arg(ns.workers, "--workers")
+    if ns.workers is not None and scheduler != "local":
+        # without a local cluster the option would be silently ignored
+        raise ValueError(f"--workers sets the worker processes of --scheduler local; got --workers "
+                         f"{ns.workers} with --scheduler {ns.scheduler!r} (a remote scheduler's workers are "
+                         "started on their machines; serial runs use --jobs)")
+    workers = _positive_int_arg("2" if ns.workers is None else ns.workers, "--workers")
     nb_dir = Path(ns.notebooks).resolve() if ns.notebooks else default_notebook_dir()
     missing = [n for n in names if not (nb_dir / f"{n}.ipynb").is_file()]
     if missing:

@@ -125,11 +125,20 @@ def test_scheduler_address_validated(value):
 
 
 def test_scheduler_parsed(tmp_path):
-    plan = reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "127.0.0.1:8786", "--workers", "3"])
-    assert plan.scheduler == "tcp://127.0.0.1:8786" and plan.workers == 3
-    assert reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "local"]).scheduler == "local"
+    plan = reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "127.0.0.1:8786"])
+    assert plan.scheduler == "tcp://127.0.0.1:8786"
+    plan = reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "local", "--workers", "3"])
+    assert plan.scheduler == "local" and plan.workers == 3
+    assert reproduce.parse_args(["--out", str(tmp_path), "--scheduler", "local"]).workers == 2
     with pytest.raises(ValueError, match="--workers"):
         reproduce.parse_args(["--scheduler", "local", "--workers", "0"])
+
+
+@pytest.mark.parametrize("extra", [[], ["--scheduler", "127.0.0.1:8786"]])
+def test_workers_without_a_local_cluster_refused(extra, tmp_path):
+    """--workers only means something for --scheduler local; elsewhere it was silently ignored."""
+    with pytest.raises(ValueError, match="--workers sets the worker processes of --scheduler local"):
+        reproduce.parse_args(["--out", str(tmp_path), "--workers", "2", *extra])
 
 
 def test_unreachable_scheduler_clear_error(tmp_path, capsys):
