@@ -4,8 +4,9 @@ Runs the experiment notebooks (``book/experiments/*.ipynb``) through papermill w
 preset injected into their ``parameters`` cell, in parallel worker processes, with a progress bar,
 and writes under ``--out DIR``::
 
-    DIR/summary.json                 what ran, preset, per-notebook status and wall time, load average
-                                     (rewritten after every notebook: an interrupted run keeps its times)
+    DIR/summary.json                 what ran, preset, per-notebook status, wall time and
+                                     load average (rewritten after every notebook: an
+                                     interrupted run keeps its times)
     DIR/<name>/<name>.ipynb          the executed notebook
     DIR/<name>/*.png, *.pdf          every figure the notebook draws
     DIR/<name>/results.json          the machine-readable summary of the run (``to_dict()``)

@@ -19,8 +19,8 @@ Examples::
         --out mine
     python -m fedlam.flower local --clients 6 --fraction 0.5 --min-clients 2 \
         --round-timeout 60 --kill-node 2 --kill-after-round 1 --out partial
-    python -m fedlam.flower local --clients 5 --rounds 5 --behaviour '4:hidden:{"seed": 3}' \
-        --defense support --compare --out attacked
+    python -m fedlam.flower local --clients 5 --rounds 5 --defense support \
+        --behaviour '4:hidden:{"seed": 3}' --compare --out attacked
 
 ``python -m fedlam.flower app DIR`` writes the app project (a ``pyproject.toml`` whose
 components are imported from the installed ``fedlam``) that ``flwr run DIR FEDERATION``
