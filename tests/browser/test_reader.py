@@ -91,17 +91,16 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "08_controller.html": ("screens", *_LAYOUT),
     _CH + "09_cost.html": _LAYOUT,
     _CH + "10_errata.html": ("screens", *_LAYOUT),
-    _CH + "11_privacy.html": (*_LAYOUT, "figures_captioned", "summary_exercises"),
+    _CH + "11_privacy.html": ("screens", *_LAYOUT, "figures_captioned", "summary_exercises"),
     _CH + "12_robustness.html": ("screens", *_LAYOUT, "figures_captioned", "summary_exercises"),
     _CH + "13_deployment.html": (*_LAYOUT, "summary_exercises"),
     _EX + "bbp_panel.html": (*_LAYOUT, "figures_captioned"),
-    _EX + "adversarial.html": ("code_lines", "cell_lines", "long_lines", "figures_captioned"),
+    _EX + "adversarial.html": (*_LAYOUT, "figures_captioned"),
     _EX + "drift.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
     _EX + "novelty.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
     _EX + "structured.html": (*_LAYOUT, "figures_captioned"),
     _EX + "baselines.html": ("screens", *_LAYOUT, "figures_scale"),
     _EX + "privacy.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
-    _EX + "cross_device.html": ("screens", *_LAYOUT, "figures_captioned", "figures_scale"),
 }
 
 
