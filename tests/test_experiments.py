@@ -129,6 +129,29 @@ def test_bbp_shapes_and_theory():
     np.testing.assert_allclose(res.kappa, p.N * p.r**2 * np.array(p.pi) / (1 - p.r**2))
 
 
+def test_bbp_tables_and_outlier_check():
+    p = bbp.BBPParams(**TINY[bbp])
+    res = bbp.run(p, 0)
+    n_sup = int(res.supercritical.sum())
+    assert len(bbp.spike_table(res).table.rows) == p.K
+    assert len(bbp.detection_table(res).table.rows) == len(p.Ms)
+    assert len(bbp.outlier_table(res).table.rows) == n_sup
+    assert len(bbp.overlap_table(res).table.rows) == n_sup
+    assert len(bbp.paper_table(res).table.rows) == 4
+    assert bbp.setting_table(p).title == "Setting"
+    chk = bbp.outlier_law_check(res)
+    checked = res.kappa[chk.mu] > 2 * np.sqrt(res.q[chk.m])
+    assert checked.all() and chk.mu.size == int((res.kappa[None, :] > 2 * np.sqrt(res.q)[:, None]).sum())
+    np.testing.assert_allclose(chk.law, res.lambda_theory[chk.m, chk.mu])
+    np.testing.assert_allclose(chk.mean, res.attributed_values.mean(axis=0)[chk.m, chk.mu])
+    assert np.all(chk.sd > 0) and np.all(chk.bias >= 0) and np.all(np.isfinite(chk.z))
+    for fn in (bbp.spike_table, bbp.outlier_table, bbp.outlier_law_check, bbp.paper_table):
+        with pytest.raises(TypeError, match="res must be a BBPResult"):
+            fn(p)
+    with pytest.raises(TypeError, match="params must be a BBPParams"):
+        bbp.setting_table(res)
+
+
 def test_r_squared():
     x = np.array([1.0, 2.0, 3.0])
     assert bbp.r_squared(x, x) == 1.0

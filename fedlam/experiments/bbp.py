@@ -33,7 +33,9 @@ from fedlam.experiments._common import (
 )
 from fedlam.experiments._executor import map_seeds
 
-__all__ = ["BBPParams", "BBPResult", "PRESETS", "make_params", "run", "r_squared"]
+__all__ = ["BBPParams", "BBPResult", "PRESETS", "make_params", "run", "r_squared",
+           "OutlierLawCheck", "outlier_law_check", "setting_table", "spike_table",
+           "detection_table", "outlier_table", "overlap_table", "paper_table", "PAPER_REPORTS"]
 
 
 @dataclass(frozen=True)
@@ -287,3 +289,225 @@ def run(params: BBPParams, rng: Any, executor: Any = None) -> BBPResult:
     )
     summary = _summarise(fields, sup, n_sup)
     return BBPResult(params=params, summary=summary, **fields)
+
+
+
+# The page's tables ({ref}`sec-exp-bbp`): one call per visible cell.
+
+
+@dataclass(frozen=True)
+class OutlierLawCheck:
+    """The trial-mean outliers against the outlier law, for the spikes with κ > 2√q.
+
+    One entry per checked (M, archetype) pair, in the order of the batch sizes and then of
+    the archetypes.
+
+    Attributes
+    ----------
+    m, mu : (n,) int
+        Index of the batch size and of the archetype.
+    mean : (n,) float
+        Trial mean of the eigenvalue attributed to the archetype.
+    law : (n,) float
+        λ_out(κ, q) of {eq}`eq-bbp-outlier`.
+    sd : (n,) float
+        Standard deviation of one trial from the fluctuation law (:func:`fedlam.rmt.outlier_covariance`).
+    bias : (n,) float
+        Second-order bias from the overlaps of random archetypes,
+        σ² Σ_ν κ_μ κ_ν / (N |κ_μ − κ_ν|) over the other checked spikes ν.
+    n_trials : int
+        Number of trials averaged.
+    """
+
+    m: np.ndarray
+    mu: np.ndarray
+    mean: np.ndarray
+    law: np.ndarray
+    sd: np.ndarray
+    bias: np.ndarray
+    n_trials: int
+
+    @property
+    def z(self) -> np.ndarray:
+        """(mean − law) / standard error of the trial mean."""
+        return (self.mean - self.law) / (self.sd / np.sqrt(self.n_trials))
+
+    @property
+    def tolerance(self) -> np.ndarray:
+        """Four standard errors of the trial mean plus twice the bias."""
+        return 4 * self.sd / np.sqrt(self.n_trials) + 2 * self.bias
+
+
+def outlier_law_check(res: BBPResult) -> OutlierLawCheck:
+    """The trial-mean outliers of ``res`` against λ_out, with their standard errors.
+
+    Only spikes with κ > 2√q are checked: within a factor 2 of the threshold the finite-N
+    transition window (width of order N^(-1/3)) makes the limit law inaccurate at small N.
+    The standard deviation of one trial is the fluctuation law of the outliers with the class
+    labels' Bernoulli factor (derived in {ref}`sec-bbp-fluctuations`); the bias term accounts
+    for the random archetypes' overlaps, E⟨u_μ, u_ν⟩² = 1/N.
+
+    Parameters
+    ----------
+    res : BBPResult
+        A result of :func:`run`.
+
+    Returns
+    -------
+    OutlierLawCheck
+    """
+    if not isinstance(res, BBPResult):
+        raise TypeError(f"res must be a BBPResult, got {type(res).__name__}")
+    from fedlam import rmt
+
+    p = res.params
+    s2 = 1.0 - p.r**2
+    pi = np.array(p.pi, dtype=np.float64)
+    emp = res.attributed_values.mean(axis=0)
+    cols: dict[str, list] = {k: [] for k in ("m", "mu", "mean", "law", "sd", "bias")}
+    for m, M in enumerate(p.Ms):
+        sup = np.flatnonzero(res.kappa > 2 * np.sqrt(res.q[m]))
+        if sup.size == 0:
+            continue
+        cov = rmt.outlier_covariance(res.kappa[sup], pi[sup], float(res.q[m]), int(M), s2)
+        k = res.kappa[sup]
+        dk = np.abs(k[:, None] - k[None, :]) + np.eye(k.size)
+        off = 1 - np.eye(k.size)
+        cols["m"].append(np.full(sup.size, m))
+        cols["mu"].append(sup)
+        cols["mean"].append(emp[m, sup])
+        cols["law"].append(res.lambda_theory[m, sup])
+        cols["sd"].append(np.sqrt(np.diag(cov)))
+        cols["bias"].append(s2 * (k[:, None] * k[None, :] / dk * off).sum(axis=1) / p.N)
+    arr = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
+    return OutlierLawCheck(m=arr["m"].astype(np.int64), mu=arr["mu"].astype(np.int64),
+                           mean=arr["mean"], law=arr["law"], sd=arr["sd"], bias=arr["bias"],
+                           n_trials=int(res.attributed_values.shape[0]))
+
+
+def _titled(title: str, rows: list, header: tuple) -> Any:
+    from fedlam.experiments.cross_device import TitledTable
+
+    return TitledTable(title, rows, header)
+
+
+def _check_result(res: Any) -> BBPResult:
+    if not isinstance(res, BBPResult):
+        raise TypeError(f"res must be a BBPResult, got {type(res).__name__}")
+    return res
+
+
+def setting_table(params: BBPParams) -> Any:
+    """The panel's setting as a titled table (one row per parameter)."""
+    if not isinstance(params, BBPParams):
+        raise TypeError(f"params must be a BBPParams, got {type(params).__name__}")
+    p = params
+    q = ", ".join(f"{p.N / M:.4g}" for M in p.Ms)
+    rows = [
+        ("neurons N", f"{p.N}"),
+        ("round sizes M (q = N/M)", ", ".join(str(M) for M in p.Ms) + f" (q = {q})"),
+        ("clients L per round", f"{p.L}"),
+        ("archetypes K, mixture π", f"{p.K}, (" + ", ".join(f"{x:g}" for x in p.pi) + ")"),
+        ("channel quality r (bulk variance σ² = 1 − r²)", f"{p.r:g} ({1 - p.r**2:.4g})"),
+        ("independent trials", f"{p.seeds}"),
+        ("leading eigenvalues recorded", f"{p.n_top}"),
+    ]
+    return _titled("Setting", rows, ("parameter", "value"))
+
+
+def spike_table(res: BBPResult) -> Any:
+    """Spike strengths per archetype, corrected and as the paper writes them, against √q."""
+    res = _check_result(res)
+    p = res.params
+    rows = []
+    for mu in range(p.K):
+        rows.append((f"{mu + 1}", f"{p.pi[mu]:g}", f"{res.kappa[mu]:.3f}",
+                     f"{res.kappa_paper[mu]:.4f}",
+                     *("yes" if res.supercritical[m, mu] else "no" for m in range(len(p.Ms)))))
+    header = ("archetype", "π", "κ = N r² π / (1 − r²)", "paper's κ (no N)",
+              *(f"κ > √q = {np.sqrt(q):.3g}" for q in res.q))
+    return _titled("Spike strengths against the BBP threshold", rows, header)
+
+
+def detection_table(res: BBPResult) -> Any:
+    """Per batch size: the MP edge, the predicted and the detected number of outliers."""
+    res = _check_result(res)
+    n_sup = res.supercritical.sum(axis=1)
+    rows = []
+    for m, M in enumerate(res.params.Ms):
+        det = res.n_detected[:, m]
+        rows.append((f"{M}", f"{res.q[m]:.4g}", f"{res.edge_high[m]:.3f}", f"{n_sup[m]}",
+                     f"{det.mean():.2f}", f"{det.min()}–{det.max()}",
+                     f"{np.mean(det == n_sup[m]):.0%}"))
+    return _titled("Eigenvalues of N·J above the MP edge", rows,
+                   ("M", "q", "edge σ²(1+√q)²", "predicted", "mean detected",
+                    "range", "trials with detected = predicted"))
+
+
+def outlier_table(res: BBPResult) -> Any:
+    """Per supercritical (M, archetype): λ_out against the trial mean, and the error in
+    standard errors where the outlier law is checked (:func:`outlier_law_check`)."""
+    res = _check_result(res)
+    chk = outlier_law_check(res)
+    z = {(int(a), int(b)): v for a, b, v in zip(chk.m, chk.mu, chk.z, strict=True)}
+    mean = res.attributed_values.mean(axis=0)
+    std = res.attributed_values.std(axis=0)
+    rows = []
+    for m, M in enumerate(res.params.Ms):
+        for mu in np.flatnonzero(res.supercritical[m]):
+            lam = res.lambda_theory[m, mu]
+            zz = z.get((m, int(mu)))
+            rows.append((f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{lam:.3f}",
+                         f"{mean[m, mu]:.3f} ± {std[m, mu]:.3f}",
+                         f"{(mean[m, mu] - lam) / lam:+.2%}",
+                         "—" if zz is None else f"{zz:+.2f}"))
+    return _titled("Outlier locations: λ_out(κ, q) against the trial mean (± one trial's std)",
+                   rows, ("M", "archetype", "κ", "λ_out", "measured", "relative error",
+                          "error / std. error"))
+
+
+def overlap_table(res: BBPResult) -> Any:
+    """Per supercritical (M, archetype): γ(κ, q) against the per-eigenvector and the subspace
+    squared overlaps (trial means)."""
+    res = _check_result(res)
+    ov = res.overlap.mean(axis=0)
+    sub = res.subspace_overlap.mean(axis=0)
+    rows = []
+    for m, M in enumerate(res.params.Ms):
+        for mu in np.flatnonzero(res.supercritical[m]):
+            g = res.gamma_theory[m, mu]
+            rows.append((f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{g:.4f}",
+                         f"{ov[m, mu]:.4f}", f"{sub[m, mu]:.4f}"))
+    return _titled("Squared overlaps with the archetype: γ(κ, q) against the trial mean",
+                   rows, ("M", "archetype", "κ", "γ(κ, q)", "per eigenvector ⟨v, u⟩²",
+                          "signal subspace Γ"))
+
+
+PAPER_REPORTS: dict[str, str] = {
+    "outliers": "3 strong archetypes detected, weak ones not",
+    "r2": "R² ∈ [0.955, 0.977] (50 trials, N = 400)",
+    "gap_median": "0.0163",
+    "gap_max": "0.0486 (weakest archetype)",
+}
+"""What the caption of the paper's BBP validation figure reports."""
+
+
+def paper_table(res: BBPResult) -> Any:
+    """The paper's reported numbers (:data:`PAPER_REPORTS`) next to ours."""
+    res = _check_result(res)
+    sm = res.summary
+    rows = [
+        ("outliers above the MP edge", PAPER_REPORTS["outliers"],
+         f"detected = predicted in {sm['detected_equals_predicted_fraction']:.0%} of "
+         f"(trial, M); more in {sm['detected_more_than_predicted_fraction']:.0%}"),
+        ("R² of the outlier locations", PAPER_REPORTS["r2"],
+         f"{sm['r2_trial_mean']:.4f} on trial means; per trial "
+         f"{sm['r2_per_trial_min']:.3f}–{sm['r2_per_trial_max']:.3f}"),
+        ("median |overlap − γ|", PAPER_REPORTS["gap_median"],
+         f"{sm['overlap_gap_median']:.4f} per eigenvector; "
+         f"{sm['subspace_gap_median']:.4f} on the subspace"),
+        ("largest |overlap − γ|", PAPER_REPORTS["gap_max"],
+         f"{sm['overlap_gap_max']:.4f} per eigenvector; "
+         f"{sm['subspace_gap_max']:.4f} on the subspace"),
+    ]
+    return _titled("Paper versus measured", rows, ("quantity", "paper reports", "we measure"))
