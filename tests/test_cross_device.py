@@ -23,7 +23,8 @@ TW1_MEAN = -1.2065335745820  # mean of the Tracy-Widom (beta = 1) law, Bornemann
 
 
 def test_presets_and_make_params():
-    assert set(xdev.PRESETS) == {"book", "paper"}
+    assert set(xdev.PRESETS) == {"book", "paper", "full"}
+    assert xdev.PRESETS["paper"] == xdev.PRESETS["full"]  # not a paper experiment: one scale
     for p in xdev.PRESETS.values():
         dataclasses.replace(p)  # re-validates
     assert xdev.PRESETS["book"] != xdev.PRESETS["paper"]

@@ -265,3 +265,36 @@ class Table:
 def comparison_table(rows: list, header: tuple | None = None) -> Table:
     """The notebooks' paper-versus-measurement table (see :class:`Table`)."""
     return Table(rows) if header is None else Table(rows, header)
+
+
+class TitledTable:
+    """A table with a title above it: HTML (``<caption>``) in the book, Markdown as text.
+
+    Parameters
+    ----------
+    title : str
+        Shown above the table.
+    rows : list of tuple
+        Cells, converted with ``str``.
+    header : tuple of str
+        Column names; every row must have as many cells.
+    """
+
+    def __init__(self, title: str, rows: list, header: tuple) -> None:
+        if not isinstance(title, str) or not title:
+            raise TypeError(f"title must be a non-empty str, got {_describe(title)}")
+        self.title = title
+        self.table = Table(rows, header)
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.title}**\n\n{self.table._repr_markdown_()}"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        body = self.table._repr_html_()
+        cap = f"<caption>{html.escape(self.title)}</caption>"
+        return body.replace("<thead>", cap + "<thead>", 1)
+
+    def __repr__(self) -> str:
+        return self._repr_markdown_()

@@ -386,7 +386,7 @@ def outlier_law_check(res: BBPResult) -> OutlierLawCheck:
 
 
 def _titled(title: str, rows: list, header: tuple) -> Any:
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     return TitledTable(title, rows, header)
 

@@ -34,6 +34,7 @@ import numpy as np
 from fedlam._validation import _describe, as_rng
 from fedlam.experiments._common import (
     JsonResult,
+    TitledTable,  # re-exported (tables of the book pages)
     check_bool,
     check_choice,
     check_in_range,
@@ -600,41 +601,6 @@ def _summary(p: CrossDeviceParams, ints: dict, mag: np.ndarray, flt: dict, h_int
 # Tables the notebook displays ({ref}`sec-exp-cross-device-run`): one call per visible cell.
 
 _RULE_NAMES = {"scalars": "scalars", "fit": "per-upload fit"}
-
-
-class TitledTable:
-    """A table with a title above it: HTML (``<caption>``) in the book, Markdown as text.
-
-    Parameters
-    ----------
-    title : str
-        Shown above the table.
-    rows : list of tuple
-        Cells, converted with ``str``.
-    header : tuple of str
-        Column names; every row must have as many cells.
-    """
-
-    def __init__(self, title: str, rows: list, header: tuple) -> None:
-        from fedlam.experiments._common import Table
-
-        if not isinstance(title, str) or not title:
-            raise TypeError(f"title must be a non-empty str, got {_describe(title)}")
-        self.title = title
-        self.table = Table(rows, header)
-
-    def _repr_markdown_(self) -> str:
-        return f"**{self.title}**\n\n{self.table._repr_markdown_()}"
-
-    def _repr_html_(self) -> str:
-        import html
-
-        body = self.table._repr_html_()
-        cap = f"<caption>{html.escape(self.title)}</caption>"
-        return body.replace("<thead>", cap + "<thead>", 1)
-
-    def __repr__(self) -> str:
-        return self._repr_markdown_()
 
 
 def setting_table(params: CrossDeviceParams) -> TitledTable:

@@ -224,7 +224,7 @@ def _check_result(res: Any) -> DriftResult:
 
 def setting_table(params: DriftParams) -> Any:
     """The experiment's setting as a titled table (one row per parameter group)."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     if not isinstance(params, DriftParams):
         raise TypeError(f"params must be a DriftParams, got {type(params).__name__}")
@@ -255,7 +255,7 @@ def weight_table(res: DriftResult) -> Any:
     """The weight of every adaptive rule: round 1, its lowest value, its highest value from
     round 2 on, the last round and the mean (mean over seeds and clients; round 0 always uses
     w = 1), and the correlation of w(t) with the mixture change of the round."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     rows = []
@@ -279,7 +279,7 @@ def spike_table(res: DriftResult) -> Any:
     """Spike strength of every archetype in the first and the last round against the BBP
     threshold sqrt(q), next to its final magnetization under the two fixed weights."""
     from fedlam import rmt
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     p, sm = res.params, res.summary
@@ -301,7 +301,7 @@ def spike_table(res: DriftResult) -> Any:
 def magnetization_table(res: DriftResult) -> Any:
     """Final magnetization per archetype, time-averaged magnetization, final K-hat and spurious
     patterns of every rule (means over seeds)."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     rows = []
@@ -317,7 +317,7 @@ def magnetization_table(res: DriftResult) -> Any:
 
 def paper_table(res: DriftResult) -> Any:
     """What the paper's figure reports for each rule against what this run measures."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     sm = res.summary

@@ -253,7 +253,7 @@ def _check_result(res: Any) -> NoveltyResult:
 
 def setting_table(params: NoveltyParams) -> Any:
     """The experiment's setting as a titled table (one row per parameter group)."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     if not isinstance(params, NoveltyParams):
         raise TypeError(f"params must be a NoveltyParams, got {type(params).__name__}")
@@ -299,7 +299,7 @@ def phase_gap(res: NoveltyResult, ctrl: Any = None) -> tuple[float, float, float
 def detection_table(res: NoveltyResult) -> Any:
     """K-hat before and after, detection and acquisition latencies, the old archetypes' dip,
     final magnetizations and spurious patterns of every rule (over seeds)."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     rows = []
@@ -326,7 +326,7 @@ def detection_table(res: NoveltyResult) -> Any:
 
 def gap_table(res: NoveltyResult) -> Any:
     """Mean relative gap at the old boundary before, during and after the ramp, per rule."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     b, d, a = phase_windows(res.params)
@@ -340,7 +340,7 @@ def gap_table(res: NoveltyResult) -> Any:
 def weight_table(res: NoveltyResult) -> Any:
     """Mean weight w_c(t) of every rule in the round before the introduction, in the ramp's
     rounds and in the last round (mean over seeds and clients)."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     p = res.params
@@ -355,7 +355,7 @@ def weight_table(res: NoveltyResult) -> Any:
 
 def paper_table(res: NoveltyResult) -> Any:
     """What the paper's novelty figure reports against what this run measures."""
-    from fedlam.experiments.cross_device import TitledTable
+    from fedlam.experiments._common import TitledTable
 
     res = _check_result(res)
     rows = []
