@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -137,7 +138,7 @@ def test_adversarial_executor_matches_loop():
         b = adversarial.run(p, 5, executor=ex)
     np.testing.assert_array_equal(a.magnetization, b.magnetization)
     np.testing.assert_array_equal(a.fake_in_memory, b.fake_in_memory)
-    with pytest.raises(TypeError, match="executor must be None or a concurrent.futures.Executor"):
+    with pytest.raises(TypeError, match=r"executor must be None or a concurrent\.futures\.Executor"):
         adversarial.run(p, 5, executor=object())
 
 
@@ -182,3 +183,19 @@ def test_paper_rule_on_noise_collapse_needs_the_attackers_own_r():
     assert np.all(res.w_raw[:, 1] > 0.7) and np.mean(res.w_raw[:, 0] == 0.0) >= 0.5
     # mean of 1 - H_AB: chi-square with 1 degree of freedom per batch, sd of the mean of 8 ~ 0.5
     assert 0.3 < res.one_minus_h_ab.mean() / res.mean_pred < 2.0
+
+
+@pytest.mark.parametrize(("N", "M", "n_batches", "lo", "hi"), [
+    (200, 200, 64, 0.5, 2.0),    # book sizes (even M: P0 = 0.056)
+    (200, 51, 64, 0.5, 2.0),     # odd M (P0 = 0): M enters only through P0
+    (1000, 800, 32, 1 / 3, 3.0),  # paper sizes (the notebook's failing case, 8 batches: 0.268)
+])
+def test_paper_rule_on_noise_mean_prediction_at_both_sizes(N, M, n_batches, lo, hi):
+    # each batch's (1 - H_AB) / mean_pred is ~ chi-square(1); the mean of n batches falls outside
+    # [lo, hi] with probability P(chi2_n < n lo) + P(chi2_n > n hi): 2.8e-4 (64, [1/2, 2]) and
+    # 1.4e-4 (32, [1/3, 3]). A prediction that changed with M other than through P0 (M = 51 vs 200)
+    # by more than a factor 2 fails here.
+    res = adversarial.paper_rule_on_noise(N, M, 3, np.array([0.1]), n_batches, 0)
+    p0 = math.comb(M, M // 2) / 2.0**M if M % 2 == 0 else 0.0
+    assert res.mean_pred == pytest.approx((1 - p0) / (math.log(2) * N * (N - 1)), rel=1e-12)
+    assert lo < res.one_minus_h_ab.mean() / res.mean_pred < hi
