@@ -61,7 +61,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("FEDLAM_JUPYTERLAB", "") == "1"
 NOTEBOOKS = os.environ.get("FEDLAM_JUPYTERLAB_NOTEBOOKS", "book/chapters/05_spiked.ipynb").split()
-RUNALL = os.environ.get("FEDLAM_JUPYTERLAB_RUNALL", "book/chapters/08_controller.ipynb")
+RUNALL = os.environ.get("FEDLAM_JUPYTERLAB_RUNALL", "book/chapters/10_errata.ipynb")
 START_TIMEOUT_S = 90
 PAGE_TIMEOUT_MS = 90_000
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
