@@ -22,22 +22,14 @@ with ``$FEDLAM_CHROMIUM``); nothing downloads a browser.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import re
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from _chromium import CHROMIUM, CHROMIUM_ARGS
+from _book import HTML, TOC, serve, toc_pages, unavailable
+from _chromium import launch
 
-ROOT = Path(os.environ.get("FEDLAM_BOOK_ROOT", Path(__file__).resolve().parents[2]))
-HTML = ROOT / "_build" / "html"
-TOC = ROOT / "_toc.yml"
-REQUIRE = os.environ.get("FEDLAM_REQUIRE_HTML", "") == "1"
 STATIC_NOTE = "Interactive explorer: static default shown; run this notebook to move the sliders."
 # Console messages known to be harmless (documented in DESIGN.md §3).
 BENIGN_CONSOLE = ("Got invalid theme mode",)
@@ -45,72 +37,19 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 PAGE_TIMEOUT_MS = 30_000
 
 
-def _unavailable(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"{reason} (FEDLAM_REQUIRE_HTML=1)")
-    pytest.skip(reason)
-
-
-def toc_pages() -> list[str]:
-    """HTML paths (relative to _build/html) of every file listed in _toc.yml, root first."""
-    if not TOC.exists():
-        return []
-    import yaml
-
-    toc = yaml.safe_load(TOC.read_text())
-    files: list[str] = [toc["root"]]
-
-    def walk(entries: list[dict]) -> None:
-        for entry in entries:
-            if "file" in entry:
-                files.append(entry["file"])
-            for key in ("chapters", "sections", "parts"):
-                if key in entry:
-                    walk(entry[key])
-
-    for key in ("parts", "chapters", "sections"):
-        if key in toc:
-            walk(toc[key])
-    return [re.sub(r"\.(md|ipynb)$", "", f) + ".html" for f in files]
-
-
 PAGES = toc_pages()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    if not (HTML / "index.html").exists():
-        _unavailable(f"no built book at {HTML} (run `jupyter-book build .` first)")
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(HTML) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser(server: str) -> Iterator[object]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed")
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launch(unavailable) as b:
+        yield b
 
 
 def test_toc_lists_pages() -> None:

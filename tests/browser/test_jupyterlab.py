@@ -72,7 +72,7 @@ pytestmark = pytest.mark.skipif(
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import notebook_headers  # noqa: E402
-from _chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (tests/browser is on sys.path)
+from _chromium import launch  # noqa: E402  (tests/browser is on sys.path)
 
 
 def _free_port() -> int:
@@ -239,18 +239,8 @@ def lab(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed (requirements.txt)")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launch(pytest.fail) as b:
+        yield b
 
 
 # JavaScript evaluated once the notebook is rendered and its kernel is idle.

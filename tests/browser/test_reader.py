@@ -30,27 +30,19 @@ control on a real one. Run ``python tests/browser/test_reader.py`` to print the 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import json
-import os
 import re
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _chromium import CHROMIUM, CHROMIUM_ARGS
+from _book import HTML, serve, toc_pages, unavailable
+from _chromium import launch
 
-ROOT = Path(os.environ.get("FEDLAM_BOOK_ROOT", Path(__file__).resolve().parents[2]))
-HTML = ROOT / "_build" / "html"
-TOC = ROOT / "_toc.yml"
 EQUATIONS = Path(__file__).resolve().parents[2] / "book" / "_data" / "paper_equations.json"
-REQUIRE = os.environ.get("FEDLAM_REQUIRE_HTML", "") == "1"
 VIEWPORT = {"width": 1400, "height": 900}
 
 MAX_SCREENS = 20
@@ -103,35 +95,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
 
 def known(page: str, limit: str) -> bool:
     return limit in KNOWN_NONCOMPLIANT.get(page, ())
-
-
-def _unavailable(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"{reason} (FEDLAM_REQUIRE_HTML=1)")
-    pytest.skip(reason)
-
-
-def toc_pages() -> list[str]:
-    """HTML paths of every file in _toc.yml, root first (as in test_html.py)."""
-    if not TOC.exists():
-        return []
-    import yaml
-
-    toc = yaml.safe_load(TOC.read_text())
-    files: list[str] = [toc["root"]]
-
-    def walk(entries: list[dict]) -> None:
-        for entry in entries:
-            if "file" in entry:
-                files.append(entry["file"])
-            for key in ("chapters", "sections", "parts"):
-                if key in entry:
-                    walk(entry[key])
-
-    for key in ("parts", "chapters", "sections"):
-        if key in toc:
-            walk(toc[key])
-    return [re.sub(r"\.(md|ipynb)$", "", f) + ".html" for f in files]
 
 
 PAGES = toc_pages()
@@ -256,47 +219,16 @@ def violations(page_path: str, m: dict) -> dict[str, str]:
     return out
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """``directory`` over HTTP on a free port of 127.0.0.1, for the duration of the block."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    if not (HTML / "index.html").exists():
-        _unavailable(f"no built book at {HTML} (run `jupyter-book build .` first)")
     with serve(HTML) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed")
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launch(unavailable) as b:
+        yield b
 
 
 def measure_all(server: str, browser) -> dict[str, dict]:
@@ -398,14 +330,8 @@ def test_limits_catch_a_bad_page(browser) -> None:
 
 def main() -> None:
     """Print the measurements of every TOC page (needs the built book and Chromium)."""
-    from playwright.sync_api import sync_playwright
-
-    with serve(HTML) as url, sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            res = measure_all(url, b)
-        finally:
-            b.close()
+    with serve(HTML) as url, launch(sys.exit) as b:
+        res = measure_all(url, b)
     print("| page | screens | visible code lines | longest visible cell | limits broken |")
     print("| --- | ---: | ---: | ---: | --- |")
     for page_path, m in res.items():
