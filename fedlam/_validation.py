@@ -78,11 +78,10 @@ def check_pm1(x: Any, name: str, ndim: int | None = None, allow_empty: bool = Fa
     return x
 
 
-def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float = 1e-10) -> np.ndarray:
-    """Check a square, finite, float operator (symmetric by default). Returns ``J``.
+def check_operator_shape(J: Any, name: str = "J") -> None:
+    """The O(1) part of :func:`check_operator`: a float numpy array, square, N >= 2.
 
-    Symmetry is checked relative to the operator's scale: ``max |J - J^T| <= atol max |J|``
-    (an absolute floor would accept any non-symmetric matrix multiplied by ``1e-12``).
+    The server runs it on every upload and the O(N^2) part once per round, on the aggregate.
     """
     if not isinstance(J, np.ndarray):
         raise TypeError(f"{name} must be a numpy array (N, N), got {_describe(J)}")
@@ -92,6 +91,15 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
         raise ValueError(f"{name} must be a square (N, N) array, got shape {J.shape}")
     if J.shape[0] < 2:
         raise ValueError(f"{name} must have N >= 2, got shape {J.shape}")
+
+
+def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float = 1e-10) -> np.ndarray:
+    """Check a square, finite, float operator (symmetric by default). Returns ``J``.
+
+    Symmetry is checked relative to the operator's scale: ``max |J - J^T| <= atol max |J|``
+    (an absolute floor would accept any non-symmetric matrix multiplied by ``1e-12``).
+    """
+    check_operator_shape(J, name)
     # Blocked checks: never allocate an N x N temporary (a round at N = 10,000 keeps a
     # small constant number of N x N arrays; see benchmarks/README.md). Finiteness and scale
     # row block by row block; symmetry on square tiles J[a, b] vs J[b, a].T with a <= b,

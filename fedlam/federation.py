@@ -49,6 +49,7 @@ from ._validation import (
     check_in_range,
     check_nonneg_int,
     check_operator,
+    check_operator_shape,
     check_pm1,
     check_positive_int,
     check_prob_vector,
@@ -348,21 +349,6 @@ class RoundResult:
     weights: np.ndarray | None
 
 
-def _check_operator_shape(J: Any, name: str) -> None:
-    """The O(1) part of ``check_operator``: an array of float dtype, square, N >= 2.
-
-    The O(N^2) part (finiteness, symmetry) runs once per round, on the aggregate.
-    """
-    if not isinstance(J, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array (N, N), got {_describe(J)}")
-    if not np.issubdtype(J.dtype, np.floating):
-        raise TypeError(f"{name} must have a float dtype, got dtype {J.dtype}")
-    if J.ndim != 2 or J.shape[0] != J.shape[1]:
-        raise ValueError(f"{name} must be a square (N, N) array, got shape {J.shape}")
-    if J.shape[0] < 2:
-        raise ValueError(f"{name} must have N >= 2, got shape {J.shape}")
-
-
 class Server:
     """The server: aggregates uploads, factorizes, broadcasts. Derived in {ref}`sec-protocol`.
 
@@ -600,7 +586,7 @@ class Server:
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
-                _check_operator_shape(u.operator, f"uploads[{c}].operator")
+                check_operator_shape(u.operator, f"uploads[{c}].operator")
                 assert u.operator is not None  # checked above
                 if N is None:
                     N = u.operator.shape[0]
