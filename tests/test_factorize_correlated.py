@@ -11,24 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedlam import data, lam, metrics, operators
+from fedlam.correlated import correlated_family
 from fedlam import federation as F
-
-
-def correlated_family(K: int, N: int, overlap: float, rng: np.random.Generator) -> np.ndarray:
-    """K +-1 patterns around a common parent, pairwise overlaps about ``overlap`` (<= 0.8 kept).
-
-    Each pattern flips every bit of the parent with probability p = (1 - sqrt(overlap)) / 2, so
-    two patterns overlap (1 - 2p)^2 = overlap on average; families whose largest overlap
-    exceeds 0.8 or that are not linearly independent are redrawn.
-    """
-    p = (1.0 - np.sqrt(overlap)) / 2.0
-    while True:
-        parent = rng.choice(np.array([-1, 1], dtype=np.int8), N)
-        X = np.where(rng.random((K, N)) < p, -parent, parent).astype(np.int8)
-        ov = np.abs(X.astype(float) @ X.T.astype(float)) / N
-        np.fill_diagonal(ov, 0.0)
-        if ov.max() <= 0.8 and np.linalg.matrix_rank(X.astype(float)) == K:
-            return X
 
 
 def _exact_ok(xi: np.ndarray, rng: int = 1) -> tuple[bool, lam.FactorizeResult]:
