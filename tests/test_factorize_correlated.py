@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedlam import data, lam, metrics, operators
-from fedlam.correlated import correlated_family
 from fedlam import federation as F
+from fedlam.correlated import correlated_family
 
 
 def _exact_ok(xi: np.ndarray, rng: int = 1) -> tuple[bool, lam.FactorizeResult]:
