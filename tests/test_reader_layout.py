@@ -1,0 +1,71 @@
+"""scripts/reader_layout.py: the code a reader sees, from the cell tags, without a build.
+
+Every notebook whose page the reader test (tests/browser/test_reader.py) does not list as
+breaking a code-layout limit must meet the limits here too, so a visible assert or a long cell
+fails the README's test command before the book is built; and the script must catch each kind
+of violation (negative controls on a synthetic notebook).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+import reader_layout  # noqa: E402
+from test_reader import _LAYOUT, KNOWN_NONCOMPLIANT  # noqa: E402
+
+NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if "_build" not in p.parts)
+
+
+def _page(nb: Path) -> str:
+    return str(nb.relative_to(ROOT).with_suffix(".html"))
+
+
+def _within(r: dict[str, int]) -> bool:
+    return r["code_lines"] <= 60 and not (r["cells_over_15"] or r["checks"] or r["lines_over_88"])
+
+
+@pytest.mark.parametrize("nb", [p for p in NOTEBOOKS
+                                if not set(_LAYOUT) & set(KNOWN_NONCOMPLIANT.get(_page(p), ()))],
+                         ids=lambda p: p.name)
+def test_restructured_pages_meet_the_layout_limits(nb: Path) -> None:
+    r = reader_layout.report(nb)
+    assert _within(r), f"{nb.name}: {r}"
+
+
+def _notebook(tmp_path: Path, cells: list) -> Path:
+    nb = nbformat.v4.new_notebook(cells=cells)
+    path = tmp_path / "t.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+@pytest.mark.parametrize(("source", "key"), [
+    ("x = 1\n" * 16, "cells_over_15"),
+    ("assert x == 1", "checks"),
+    ("glue('a', 1, display=False)", "checks"),
+    ("y = " + "1 + " * 30 + "1", "lines_over_88"),
+])
+def test_each_violation_is_caught(tmp_path: Path, source: str, key: str) -> None:
+    bad = _notebook(tmp_path, [nbformat.v4.new_code_cell(source)])
+    assert reader_layout.report(bad)[key] >= 1
+    hidden = nbformat.v4.new_code_cell(source, metadata={"tags": ["remove-input"]})
+    assert _within(reader_layout.report(_notebook(tmp_path, [hidden])))
+
+
+def test_folded_solutions_do_not_count_towards_the_page(tmp_path: Path) -> None:
+    def code() -> nbformat.NotebookNode:
+        return nbformat.v4.new_code_cell("x = 1\n" * 12)
+
+    md = nbformat.v4.new_markdown_cell
+    page = [code() for _ in range(5)]
+    page += [md("```{solution-start} ex\n```"), code(), md("```{solution-end}\n```")]
+    assert reader_layout.report(_notebook(tmp_path, page))["code_lines"] == 60
+    assert reader_layout.report(_notebook(tmp_path, [*page, code()]))["code_lines"] == 72
