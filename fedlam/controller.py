@@ -878,7 +878,7 @@ def _noisy_kappa_c(s2: float, q: float, v: float) -> float:
     k0 = math.sqrt(q)
     if v <= 0:
         return k0
-    f = lambda k: s2 * s2 * (k + q) ** 2 * (1.0 - q / (k * k)) - v  # noqa: E731
+    f = lambda k: rmt._noisy_critical_std(k, q, s2) ** 2 - v  # noqa: E731
     hi = max(2.0 * k0, math.sqrt(v) / s2 + q)
     while f(hi) <= 0:
         hi *= 2.0
@@ -886,8 +886,8 @@ def _noisy_kappa_c(s2: float, q: float, v: float) -> float:
 
 
 def _noisy_location(kappa: float, s2: float, q: float, v: float) -> float:
-    """Outlier of ``MP(s2, q) ⊞ SC(v)`` for a spike ``kappa``: ``l_W + v g``, ``g = 1/(s2 (kappa + q))``."""
-    return s2 * (1.0 + kappa) * (1.0 + q / kappa) + v / (s2 * (kappa + q))
+    """Outlier of ``MP(s2, q) ⊞ SC(v)`` for a spike ``kappa`` (:func:`fedlam.rmt._noisy_outlier_location`)."""
+    return float(rmt._noisy_outlier_location(kappa, q, v, s2))
 
 
 def _noisy_kappa_gamma(lam: np.ndarray, s2: float, q: float, v: float) -> tuple[np.ndarray, np.ndarray]:
@@ -914,7 +914,7 @@ def _noisy_kappa_gamma(lam: np.ndarray, s2: float, q: float, v: float) -> tuple[
             hi *= 2.0
         kappa[i] = scipy.optimize.brentq(lambda k, x=float(x): _noisy_location(k, s2, q, v) - x, kc, hi,
                                          xtol=1e-13 * hi, rtol=1e-13, maxiter=200)
-    sc2 = s2 * s2 * (kappa + q) ** 2 * (1.0 - q / kappa**2)
+    sc2 = rmt._noisy_critical_std(kappa, q, s2) ** 2
     shrink = np.clip(1.0 - v / np.maximum(sc2, 1e-300), 0.0, 1.0)
     return kappa, np.asarray(rmt.eigvec_overlap(kappa, q), dtype=np.float64) * shrink
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special
 
+from fedlam import rmt
 from fedlam._validation import (
     _describe,
     as_float_array,
@@ -785,7 +786,7 @@ def critical_noise(r: float, pi: float, N: int, M: float) -> float:
     a, k, q = _bulk(r, pi, N, Mt)
     if k <= math.sqrt(q):
         return 0.0
-    return float(a * (k + q) * math.sqrt(1.0 - q / (k * k)))
+    return float(rmt._noisy_critical_std(k, q, a))
 
 
 def noisy_edge(r: float, N: int, M: float, noise_var: float) -> float:
@@ -827,8 +828,7 @@ def noisy_outlier(r: float, pi: float, N: int, M: float, noise_var: float) -> tu
     sc = critical_noise(r, pi, N, Mt)
     if s2 >= sc * sc:
         return noisy_edge(r, N, Mt, s2), 0.0
-    g = 1.0 / (a * (k + q))
-    loc = a * (1.0 + k) * (1.0 + q / k) + s2 * g
+    loc = rmt._noisy_outlier_location(k, q, s2, a)
     gamma = (1.0 - q / (k * k)) / (1.0 + q / k)
     return float(loc), float(gamma * (1.0 - s2 / (sc * sc)))
 

@@ -293,6 +293,29 @@ def outlier_location(
     return _out(np.where(sup, val, edge).astype(np.float64), s1 and s2 and s3)
 
 
+def _noisy_outlier_location(kappa: Any, q: Any, noise_var: Any, scale: Any = 1.0) -> Any:
+    """Outlier of a spike ``kappa`` (> sqrt q) in ``MP(scale, q) ⊞ SC(noise_var)``, unchecked.
+
+    ``l_W + v g`` with ``l_W = scale (1 + kappa)(1 + q/kappa)`` the noiseless outlier and
+    ``g = 1/(scale (kappa + q))`` the MP Cauchy transform there (subordination of the free
+    additive convolution). Derived in {ref}`sec-privacy-frontier`; shared by
+    :func:`fedlam.privacy.noisy_outlier` and the controller's noise-aware bulk fit.
+    """
+    g = 1.0 / (scale * (kappa + q))
+    return scale * (1.0 + kappa) * (1.0 + q / kappa) + noise_var * g
+
+
+def _noisy_critical_std(kappa: Any, q: Any, scale: Any = 1.0) -> Any:
+    """Eigenvalue std ``s_c = scale (kappa + q) sqrt(1 - q/kappa^2)`` of added semicircle noise
+    at which the outlier of ``kappa`` (> sqrt q) merges into the edge, unchecked.
+
+    Derived in {ref}`sec-privacy-frontier`; shared by :func:`fedlam.privacy.critical_noise`
+    and the controller's noise-aware bulk fit.
+    """
+    # (the maximum only guards kappa = sqrt q, where rounding may leave -1e-16 under the root)
+    return scale * (kappa + q) * np.sqrt(np.maximum(1.0 - q / (kappa * kappa), 0.0))
+
+
 def eigvec_overlap(kappa: float | np.ndarray, q: float | np.ndarray) -> float | np.ndarray:
     """Limit squared overlap ``<v, u>^2`` of the outlier eigenvector with its spike.
 
