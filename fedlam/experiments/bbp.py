@@ -23,6 +23,7 @@ import scipy.linalg
 from fedlam._validation import as_rng
 from fedlam.experiments._common import (
     JsonResult,
+    TitledTable,
     check_in_range,
     check_int_tuple,
     check_mixture_tuple,
@@ -385,12 +386,6 @@ def outlier_law_check(res: BBPResult) -> OutlierLawCheck:
                            n_trials=int(res.attributed_values.shape[0]))
 
 
-def _titled(title: str, rows: list, header: tuple) -> Any:
-    from fedlam.experiments._common import TitledTable
-
-    return TitledTable(title, rows, header)
-
-
 def _check_result(res: Any) -> BBPResult:
     if not isinstance(res, BBPResult):
         raise TypeError(f"res must be a BBPResult, got {type(res).__name__}")
@@ -412,7 +407,7 @@ def setting_table(params: BBPParams) -> Any:
         ("independent trials", f"{p.seeds}"),
         ("leading eigenvalues recorded", f"{p.n_top}"),
     ]
-    return _titled("Setting", rows, ("parameter", "value"))
+    return TitledTable("Setting", rows, ("parameter", "value"))
 
 
 def spike_table(res: BBPResult) -> Any:
@@ -426,7 +421,7 @@ def spike_table(res: BBPResult) -> Any:
                      *("yes" if res.supercritical[m, mu] else "no" for m in range(len(p.Ms)))))
     header = ("archetype", "π", "κ = N r² π / (1 − r²)", "paper's κ (no N)",
               *(f"κ > √q = {np.sqrt(q):.3g}" for q in res.q))
-    return _titled("Spike strengths against the BBP threshold", rows, header)
+    return TitledTable("Spike strengths against the BBP threshold", rows, header)
 
 
 def detection_table(res: BBPResult) -> Any:
@@ -439,7 +434,7 @@ def detection_table(res: BBPResult) -> Any:
         rows.append((f"{M}", f"{res.q[m]:.4g}", f"{res.edge_high[m]:.3f}", f"{n_sup[m]}",
                      f"{det.mean():.2f}", f"{det.min()}–{det.max()}",
                      f"{np.mean(det == n_sup[m]):.0%}"))
-    return _titled("Eigenvalues of N·J above the MP edge", rows,
+    return TitledTable("Eigenvalues of N·J above the MP edge", rows,
                    ("M", "q", "edge σ²(1+√q)²", "predicted", "mean detected",
                     "range", "trials with detected = predicted"))
 
@@ -461,7 +456,7 @@ def outlier_table(res: BBPResult) -> Any:
                          f"{mean[m, mu]:.3f} ± {std[m, mu]:.3f}",
                          f"{(mean[m, mu] - lam) / lam:+.2%}",
                          "—" if zz is None else f"{zz:+.2f}"))
-    return _titled("Outlier locations: λ_out(κ, q) against the trial mean (± one trial's std)",
+    return TitledTable("Outlier locations: λ_out(κ, q) against the trial mean (± one trial's std)",
                    rows, ("M", "archetype", "κ", "λ_out", "measured", "relative error",
                           "error / std. error"))
 
@@ -478,7 +473,7 @@ def overlap_table(res: BBPResult) -> Any:
             g = res.gamma_theory[m, mu]
             rows.append((f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{g:.4f}",
                          f"{ov[m, mu]:.4f}", f"{sub[m, mu]:.4f}"))
-    return _titled("Squared overlaps with the archetype: γ(κ, q) against the trial mean",
+    return TitledTable("Squared overlaps with the archetype: γ(κ, q) against the trial mean",
                    rows, ("M", "archetype", "κ", "γ(κ, q)", "per eigenvector ⟨v, u⟩²",
                           "signal subspace Γ"))
 
@@ -510,4 +505,4 @@ def paper_table(res: BBPResult) -> Any:
          f"{sm['overlap_gap_max']:.4f} per eigenvector; "
          f"{sm['subspace_gap_max']:.4f} on the subspace"),
     ]
-    return _titled("Paper versus measured", rows, ("quantity", "paper reports", "we measure"))
+    return TitledTable("Paper versus measured", rows, ("quantity", "paper reports", "we measure"))

@@ -16,6 +16,7 @@ import numpy as np
 
 from fedlam.experiments._common import (
     JsonResult,
+    TitledTable,
     check_bool,
     check_controllers,
     check_in_range,
@@ -224,8 +225,6 @@ def _check_result(res: Any) -> DriftResult:
 
 def setting_table(params: DriftParams) -> Any:
     """The experiment's setting as a titled table (one row per parameter group)."""
-    from fedlam.experiments._common import TitledTable
-
     if not isinstance(params, DriftParams):
         raise TypeError(f"params must be a DriftParams, got {type(params).__name__}")
     p = params
@@ -255,8 +254,6 @@ def weight_table(res: DriftResult) -> Any:
     """The weight of every adaptive rule: round 1, its lowest value, its highest value from
     round 2 on, the last round and the mean (mean over seeds and clients; round 0 always uses
     w = 1), and the correlation of w(t) with the mixture change of the round."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     rows = []
     for c in res.params.controllers:
@@ -279,8 +276,6 @@ def spike_table(res: DriftResult) -> Any:
     """Spike strength of every archetype in the first and the last round against the BBP
     threshold sqrt(q), next to its final magnetization under the two fixed weights."""
     from fedlam import rmt
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     p, sm = res.params, res.summary
     k_last = [float(rmt.spike_strength(p.r, float(x), p.N)) for x in res.pi[-1]]
@@ -301,8 +296,6 @@ def spike_table(res: DriftResult) -> Any:
 def magnetization_table(res: DriftResult) -> Any:
     """Final magnetization per archetype, time-averaged magnetization, final K-hat and spurious
     patterns of every rule (means over seeds)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     rows = []
     for i, c in enumerate(res.params.controllers):
@@ -317,8 +310,6 @@ def magnetization_table(res: DriftResult) -> Any:
 
 def paper_table(res: DriftResult) -> Any:
     """What the paper's figure reports for each rule against what this run measures."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     sm = res.summary
     reports = {0.0: "fails to acquire later archetypes (m2, m3 near 0)",

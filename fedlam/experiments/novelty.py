@@ -16,6 +16,7 @@ import numpy as np
 
 from fedlam.experiments._common import (
     JsonResult,
+    TitledTable,
     check_bool,
     check_controllers,
     check_in_range,
@@ -253,8 +254,6 @@ def _check_result(res: Any) -> NoveltyResult:
 
 def setting_table(params: NoveltyParams) -> Any:
     """The experiment's setting as a titled table (one row per parameter group)."""
-    from fedlam.experiments._common import TitledTable
-
     if not isinstance(params, NoveltyParams):
         raise TypeError(f"params must be a NoveltyParams, got {type(params).__name__}")
     p = params
@@ -299,8 +298,6 @@ def phase_gap(res: NoveltyResult, ctrl: Any = None) -> tuple[float, float, float
 def detection_table(res: NoveltyResult) -> Any:
     """K-hat before and after, detection and acquisition latencies, the old archetypes' dip,
     final magnetizations and spurious patterns of every rule (over seeds)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     rows = []
     for c in res.params.controllers:
@@ -326,8 +323,6 @@ def detection_table(res: NoveltyResult) -> Any:
 
 def gap_table(res: NoveltyResult) -> Any:
     """Mean relative gap at the old boundary before, during and after the ramp, per rule."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     b, d, a = phase_windows(res.params)
     head = (f"before (rounds {b.start}-{b.stop - 1})", f"ramp (rounds {d.start}-{d.stop - 1})",
@@ -340,8 +335,6 @@ def gap_table(res: NoveltyResult) -> Any:
 def weight_table(res: NoveltyResult) -> Any:
     """Mean weight w_c(t) of every rule in the round before the introduction, in the ramp's
     rounds and in the last round (mean over seeds and clients)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     p = res.params
     rounds = [p.t_intro - 1, *range(p.t_intro, min(p.t_intro + p.ramp, p.T)), p.T - 1]
@@ -355,8 +348,6 @@ def weight_table(res: NoveltyResult) -> Any:
 
 def paper_table(res: NoveltyResult) -> Any:
     """What the paper's novelty figure reports against what this run measures."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     rows = []
     for c in res.params.controllers:
