@@ -891,8 +891,17 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
     vals = np.concatenate([vk, spec.values[k:]])
     vecs = np.hstack([V @ Rk, spec.vectors[:, k:]])
     order = np.lexsort((np.arange(vals.size), -vals))
+    resid = None
+    if spec.residuals is not None:
+        # A block spectrum's pairs are accurate to their residuals e_j = ||J v_j - lam_j v_j||; the
+        # rotated pairs of H' inherit at most ||E||_F over the first k, the bulk pairs their own
+        # (J2 - J vanishes outside span V). Without these, the bulk pairs would be taken as
+        # exact eigenpairs and the spectrum refused by the factorization's consistency check.
+        head = np.full(k, float(np.sqrt(np.sum(spec.residuals[:k] ** 2))))
+        resid = np.ascontiguousarray(np.concatenate([head, spec.residuals[k:]])[order])
     spec2 = Spectrum(values=np.ascontiguousarray(vals[order]), vectors=np.ascontiguousarray(vecs[:, order]),
-                     n=N, trace=float(np.trace(J2)), sum_sq=float(np.einsum("ij,ij->", J2, J2)))
+                     n=N, trace=float(np.trace(J2)), sum_sq=float(np.einsum("ij,ij->", J2, J2)),
+                     residuals=resid)
     Hu = Gu.T @ (lam_k[:, None] * Gu)
     details["removed_values"] = np.sort(np.linalg.eigvalsh(0.5 * (Hu + Hu.T)))[::-1]
     return J2, spec2, details
