@@ -12,7 +12,8 @@ and one add count as two, the usual GEMM convention ``2 m n k``) at leading orde
 
 Both pipelines share the client side (one Hebbian product per client, one blend) and the
 server's aggregation and broadcast. The counts are a model, not a measurement: the book
-checks their exponents against measured log-log slopes (:func:`loglog_slope`).
+checks their exponents against measured log-log slopes (:func:`loglog_slope`), and shows the
+stages of a round as a table (:func:`stage_table`).
 
 Nothing here is random and nothing is timed; every function is a pure function of numbers.
 """
@@ -20,17 +21,19 @@ Nothing here is random and nothing is timed; every function is a pure function o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fedlam._validation import as_float_array, check_nonneg_int, check_positive_int, check_real
+from fedlam._validation import _describe, as_float_array, check_nonneg_int, check_positive_int, check_real
 
 __all__ = [
     "EIGH_FLOPS_PER_N3",
     "StageCost",
     "round_cost",
     "total_cost",
+    "stage_table",
     "loglog_slope",
 ]
 
@@ -191,6 +194,41 @@ def total_cost(stages: tuple[StageCost, ...], which: str = "ours") -> float:
     if not isinstance(stages, tuple) or not all(isinstance(s, StageCost) for s in stages):
         raise TypeError(f"stages must be a tuple of StageCost (from round_cost), got {type(stages).__name__}")
     return float(sum(getattr(s, which) for s in stages))
+
+
+def stage_table(stages: tuple[StageCost, ...], title: str = "Predicted flops of one round") -> Any:
+    """The stages of a round as a titled table: one row per stage, both pipelines side by side.
+
+    Derived in {ref}`sec-cost`.
+
+    Parameters
+    ----------
+    stages : tuple of StageCost
+        Output of :func:`round_cost`.
+    title : str, default "Predicted flops of one round"
+        Shown above the table; a non-empty str.
+
+    Returns
+    -------
+    TitledTable
+        Columns: the stage, where it runs, fedlam's predicted flops and leading order, the
+        paper-literal pipeline's predicted flops and leading order. Flops are printed with two
+        significant digits (``1.6e+09``).
+
+    Raises
+    ------
+    TypeError
+        If ``stages`` is not a non-empty tuple of :class:`StageCost`, or ``title`` is not a
+        non-empty str.
+    """
+    from fedlam.experiments._common import TitledTable
+
+    if not isinstance(stages, tuple) or not stages or not all(isinstance(s, StageCost) for s in stages):
+        raise TypeError(f"stages must be a non-empty tuple of StageCost (from round_cost), got {_describe(stages)}")
+    rows = [(s.stage, s.where, f"{s.ours:.1e}", s.ours_order, f"{s.literal:.1e}", s.literal_order)
+            for s in stages]
+    header = ("stage", "where", "fedlam flops", "fedlam order", "literal flops", "literal order")
+    return TitledTable(title, rows, header)
 
 
 def loglog_slope(sizes: npt.ArrayLike, values: npt.ArrayLike) -> float:

@@ -83,3 +83,31 @@ def test_loglog_slope_recovers_exponent():
         cost.loglog_slope([1.0, 2.0], [1.0, -1.0])
     with pytest.raises(ValueError, match="sizes must not all be equal"):
         cost.loglog_slope([2.0, 2.0], [1.0, 3.0])
+
+
+def test_stage_table_rows_and_title():
+    stages = cost.round_cost(1000, 800, 3, clients=5)
+    table = cost.stage_table(stages, "One round at N = 1000")
+    text = repr(table)
+    assert text.startswith("**One round at N = 1000**")
+    assert "<caption>One round at N = 1000</caption>" in table._repr_html_()
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert len(lines) == 1 + len(stages)            # header + one row per stage
+    eig = next(ln for ln in lines if ln.startswith("| eigendecomposition "))
+    assert "| server | 9.0e+09 | N^3 | 9.0e+09 | N^3 |" in eig
+    dream = next(ln for ln in lines if ln.startswith("| sharpening (dreaming) "))
+    assert "1.0e+03 | N | 4.0e+11 | I N^3" in dream
+
+
+@pytest.mark.parametrize("bad", [(), [1], ("stage",), None])
+def test_stage_table_bad_input(bad):
+    with pytest.raises(TypeError, match="stages must be a non-empty tuple of StageCost"):
+        cost.stage_table(bad)
+
+
+def test_stage_table_bad_title():
+    stages = cost.round_cost(1000, 800, 3)
+    with pytest.raises(TypeError, match="title must be a non-empty str"):
+        cost.stage_table(stages, "")
+    with pytest.raises(TypeError, match="title must be a non-empty str"):
+        cost.stage_table(stages, None)
