@@ -22,13 +22,24 @@ __all__ = ["plot_frontier", "plot_attack_vs_epsilon", "noised_spectrum_view", "p
 _CASE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 
 
-def plot_frontier(res: Any) -> Any:
+def plot_frontier(res: Any, ncols: int = 3) -> Any:
     """Three panels against epsilon: smallest magnetization over archetypes, K-hat, spurious
     patterns; mean +- std over seeds for every (L, M), with each case's predicted threshold as a
-    dashed vertical line of the same colour. Prints the plotted means."""
+    dashed vertical line of the same colour. Prints the plotted means.
+
+    ``ncols`` panels per row: 3 (default) draws one strip 14 in wide; 2 a 9 in wide grid of two
+    rows (the fourth cell left empty), which the book's column shows at full size; 1 a column.
+    """
+    if isinstance(ncols, bool) or not isinstance(ncols, (int, np.integer)) or ncols not in (1, 2, 3):
+        raise ValueError(f"ncols must be 1, 2 or 3, got {ncols!r}")
     p = res.params
     eps = np.asarray(p.epsilons)
-    fig, axes = plt.subplots(1, 3, figsize=(14.0, 3.8))
+    nrows = -(-3 // int(ncols))
+    size = {3: (14.0, 3.8), 2: (9.0, 6.6), 1: (6.4, 9.6)}[int(ncols)]
+    fig, grid = plt.subplots(nrows, int(ncols), figsize=size, squeeze=False)
+    for ax in grid.ravel()[3:]:
+        ax.axis("off")
+    axes = grid.ravel()[:3]
     k = 0
     print("eps grid:", " ".join(f"{e:g}" for e in eps))
     for li, L in enumerate(p.Ls):

@@ -34,7 +34,8 @@ from fedlam.experiments._common import (
 )
 
 __all__ = ["PrivacyParams", "PrivacyResult", "PRESETS", "make_params", "run", "server_factorize",
-           "AttackCurve", "attack_curve", "ClientFrontier", "client_frontier"]
+           "AttackCurve", "attack_curve", "ClientFrontier", "client_frontier", "setting_table",
+           "threshold_table", "attack_table"]
 
 
 @dataclass(frozen=True)
@@ -408,3 +409,87 @@ def client_frontier(N: int, M: int, r: float, epsilons: tuple, rng: Any, *, K: i
     Lsim = np.array([int(Ls[ei][np.argmax(ok[ei])]) if ok[ei].any() else -1 for ei in range(len(epsilons))])
     return ClientFrontier(N, M, K, float(r), float(delta), np.asarray(epsilons, dtype=float), Lt, Lr,
                           np.asarray(factors, dtype=float), mags, Lsim)
+
+
+def _check_result(res: Any) -> PrivacyResult:
+    if not isinstance(res, PrivacyResult):
+        raise TypeError(f"res must be a PrivacyResult, got {type(res).__name__}")
+    return res
+
+
+def setting_table(params: PrivacyParams) -> Any:
+    """The frontier experiment's setting as a titled table (one row per parameter group),
+    shown in {ref}`sec-exp-privacy`."""
+    from fedlam.experiments._common import TitledTable
+
+    if not isinstance(params, PrivacyParams):
+        raise TypeError(f"params must be a PrivacyParams, got {type(params).__name__}")
+    p = params
+
+    def grid(values: tuple) -> str:
+        return f"{len(values)} from {min(values):g} to {max(values):g}"
+
+    rows = [
+        ("dimension N, archetypes K, channel quality r", f"{p.N}, {p.K}, {p.r:g}"),
+        ("clients L", ", ".join(str(v) for v in p.Ls)),
+        ("examples per client M", ", ".join(str(v) for v in p.Ms)),
+        ("budgets epsilon (server), delta", f"{grid(p.epsilons)}; delta = {p.delta:g}"),
+        ("uploads per example (rounds)", f"{p.rounds}"),
+        ("attacked batches M", ", ".join(str(v) for v in p.attack_Ms)),
+        ("budgets epsilon (attack), restarts", f"{grid(p.attack_epsilons)}; {p.attack_restarts}"),
+        ("seeds", f"{p.seeds}"),
+    ]
+    return TitledTable("Setting", rows, ("parameter", "value"))
+
+
+def threshold_table(res: PrivacyResult) -> Any:
+    """Recovery against the predicted threshold, one row per (L, M), as a titled table.
+
+    Columns: the predicted threshold ``eps*`` (:func:`fedlam.privacy.epsilon_threshold`), the
+    smallest budget of the grid at which every seed recovers every archetype with m >= 0.9 and
+    no spurious pattern, its ratio to ``eps*``, and how many of the budgets at or above
+    ``3 eps*`` (resp. at or below ``eps*/2``) meet that criterion (resp. detect nothing,
+    K-hat = 0, in every seed). The frontier of {ref}`sec-privacy-frontier`.
+    """
+    from fedlam.experiments._common import TitledTable
+
+    res = _check_result(res)
+    p = res.params
+    eps = np.asarray(p.epsilons)
+    rows = []
+    for li, L in enumerate(p.Ls):
+        for mi, M in enumerate(p.Ms):
+            thr = float(res.eps_threshold[li, mi])
+            hi, lo = eps >= 3 * thr, eps <= 0.5 * thr
+            ok = (res.magnetization[:, li, mi].min(axis=-1) >= 0.9) & (res.spurious[:, li, mi] == 0)
+            none = res.k_hat[:, li, mi] == 0
+            s = res.summary[f"L={L}/M={M}"]
+            first = s["smallest_eps_all_seeds_all_archetypes_m>=0.9"]
+            rows.append((f"L = {L}, M = {M}", f"{thr:.3g}", f"{first:g}" if first else "none",
+                         f"{s['ratio_to_threshold']:.2f}" if first else "-",
+                         f"{int(ok[:, hi].all(axis=0).sum())} of {int(hi.sum())}",
+                         f"{int(none[:, lo].all(axis=0).sum())} of {int(lo.sum())}"))
+    header = ("case", "predicted eps*", "smallest eps with m >= 0.9 (all seeds)", "ratio",
+              "eps >= 3 eps*: recovered", "eps <= eps*/2: K-hat = 0")
+    return TitledTable("Recovery against the predicted threshold", rows, header)
+
+
+def attack_table(res: PrivacyResult) -> Any:
+    """What the attack of {ref}`sec-privacy-leak` reads out of one noised small-batch upload,
+    one row per attacked batch size, as a titled table: the fraction recovered without noise,
+    the smallest budget of the grid at which every seed gets the whole batch back, the budget
+    at which the noise reaches :func:`fedlam.privacy.example_critical_noise` (the span of the
+    batch drowns below it) and the ratio of the two."""
+    from fedlam.experiments._common import TitledTable
+
+    res = _check_result(res)
+    rows = []
+    for ai, Ma in enumerate(res.params.attack_Ms):
+        first = res.summary[f"attack_M={Ma}"]["smallest_eps_whole_batch_all_seeds"]
+        drown = float(res.eps_example[ai])
+        rows.append((f"{Ma}", f"{res.attack_clean[:, ai].mean():.2f}",
+                     f"{first:g}" if first else "never", f"{drown:.3g}",
+                     f"{first / drown:.0f}" if first else "-"))
+    header = ("batch M", "recovered without noise", "smallest eps, whole batch (all seeds)",
+              "eps at which the span drowns", "ratio")
+    return TitledTable("The attack on one noised upload", rows, header)
