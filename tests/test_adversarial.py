@@ -199,3 +199,53 @@ def test_paper_rule_on_noise_mean_prediction_at_both_sizes(N, M, n_batches, lo, 
     p0 = math.comb(M, M // 2) / 2.0**M if M % 2 == 0 else 0.0
     assert res.mean_pred == pytest.approx((1 - p0) / (math.log(2) * N * (N - 1)), rel=1e-12)
     assert lo < res.one_minus_h_ab.mean() / res.mean_pred < hi
+
+
+def test_page_tables_one_titled_table_each():
+    from fedlam.experiments._common import TitledTable
+
+    p = adversarial.AdversarialParams(**{**TINY, "attacks": ("none", "noise", "poison"),
+                                         "controllers": ("paper", "novelty")})
+    res = adversarial.run(p, 0)
+    setting = adversarial.setting_table(p)
+    assert isinstance(setting, TitledTable) and "| attacks | none, noise, poison |" in repr(setting)
+    noise = repr(adversarial.noise_client_table(res))
+    s = res.summary["noise/none/paper"]
+    assert f"| paper's entropy rule | {s['good_weight_final_mean']:.3f} |" in noise
+    grid = repr(adversarial.grid_table(res, "novelty"))
+    assert grid.startswith("**our novelty rule: 6 runs, 1 seeds**") and grid.count("\n| ") == 7
+    with pytest.raises(ValueError, match="controller must be one of"):
+        adversarial.grid_table(res, 0.5)
+    sup = repr(adversarial.support_table(res))
+    assert "| support | poison | paper's entropy rule |" in sup and "| none | poison | either |" in sup
+    assert adversarial.support_table(adversarial.run(
+        adversarial.AdversarialParams(**{**TINY, "defenses": ("none",)}), 0)) is None
+    paper = repr(adversarial.paper_table(res, np.array([0.0078, 0.0078])))
+    assert "0.0078 with the attacker's own r = 0.01" in paper
+    with pytest.raises(TypeError, match="res must be a AdversarialResult"):
+        adversarial.grid_table(p, "paper")
+    with pytest.raises(TypeError, match="params must be a AdversarialParams"):
+        adversarial.setting_table(res)
+
+
+def test_tradeoff_and_rule_tables():
+    p = adversarial.TradeoffParams(N=40, M=40, T=4, scenarios=("two_of_five",), defenses=("none", "support"),
+                                   s_values=(1, 2), colluders=(1,), t_new=1, spread=1, seeds=1, controller="paper")
+    tres = adversarial.run_tradeoff(p, 0)
+    t = repr(adversarial.tradeoff_table(tres))
+    assert "| two_of_five | support |" in t and "seeds: 1" in t
+    s = repr(adversarial.choice_of_s_table(tres))
+    assert s.count("\n| ") == 3 and "fake stored, 1 colluders" in s
+    rs = np.geomspace(0.005, 0.5, 5)
+    rule = adversarial.paper_rule_on_noise(40, 40, 3, rs, 4, rng=1)
+    r = repr(adversarial.noise_rule_table(rule, np.array([0.0078, 0.2]), np.array([0.9, 0.95]), 8))
+    assert "| attacker's w after T = 8 rounds, own r = 0.01 (per seed) | 0.0078 0.2000 | 0.0078" in r
+    assert "1 of 2 seeds end above 0.1" in r
+    with pytest.raises(TypeError, match="rule must be a NoiseClientRule"):
+        adversarial.noise_rule_table(tres, np.zeros(1), np.zeros(1), 8)
+
+
+def test_near_copy_table():
+    sweep = adversarial.near_copy_sweep((0.9, 1.0), N=40, M=40, N_fed=40, T=3, seeds=1, rng=0)
+    t = repr(adversarial.near_copy_table(sweep))
+    assert t.startswith("**A near-copy of archetype 0 against the support test**") and t.count("\n| ") == 3

@@ -64,6 +64,15 @@ __all__ = [
     "paper_rule_on_noise",
     "NearCopySweep",
     "near_copy_sweep",
+    "setting_table",
+    "noise_client_table",
+    "noise_rule_table",
+    "grid_table",
+    "support_table",
+    "tradeoff_table",
+    "choice_of_s_table",
+    "paper_table",
+    "near_copy_table",
 ]
 
 ATTACKS = ("none", "noise", "poison", "flip", "hidden", "collude", "targeted")
@@ -840,3 +849,226 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
     return NearCopySweep(m_values=out["m"], one_shot=out["one"], one_shot_copy=out["one_copy"],
                          federation=out["fed"], federation_min=out["fed_min"], federation_copy=out["fed_copy"],
                          params=params)
+
+
+# ----------------------------------------------------------------------------------------
+# the page's tables ({ref}`sec-exp-adversarial`): one titled table per output
+def _check_result(res: Any, cls: type, name: str = "res") -> Any:
+    if not isinstance(res, cls):
+        raise TypeError(f"{name} must be a {cls.__name__}, got {type(res).__name__}")
+    return res
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or np.isnan(x) else f"{100 * x:.0f}%"
+
+
+def _latency(s: dict) -> str:
+    if "latency_mean" not in s:
+        return "—"
+    lat = "—" if np.isnan(s["latency_mean"]) else f"{s['latency_mean']:.1f}"
+    return f"{lat} ({_pct(s['new_accepted_fraction'])})"
+
+
+def setting_table(params: AdversarialParams) -> Any:
+    """The attack x defence experiment's setting as a titled table (one row per group)."""
+    from fedlam.experiments._common import TitledTable, controller_label
+
+    p = _check_result(params, AdversarialParams, "params")
+    if p.t_new is None:
+        new = "none"
+    else:
+        new = f"appears at good client 0 in round {p.t_new}, one more client every {p.spread} rounds"
+    r_adv = "estimated from its spectrum" if p.attacker_r is None else f"stated, {p.attacker_r}"
+    rows = [
+        ("dimension N, archetypes K, rounds T", f"{p.N}, {p.K}, {p.T}"),
+        ("good clients, their r, examples per client and round M", f"{p.n_good}, {p.r_good}, {p.M}"),
+        ("attacks", ", ".join(p.attacks)),
+        ("defences", ", ".join(p.defenses)),
+        ("weight rules (EMA coefficient)",
+         ", ".join(controller_label(c) for c in p.controllers) + f" ({p.ema_alpha})"),
+        ("r in the good clients' rule / the noise client's", f"{'stated' if p.known_r else 'estimated'}"
+         f" / {r_adv}"),
+        ("support s, trimming, colluders, targeted bits flipped",
+         f"{p.s}, {p.trim}, {p.n_colluders}, {p.flip_fraction}"),
+        ("new archetype", new),
+        ("seeds", f"{p.seeds}"),
+    ]
+    return TitledTable("Setting", rows, ("parameter", "value"))
+
+
+def noise_client_table(res: AdversarialResult) -> Any:
+    """The paper's noise client against the plain mean: final weights and memory per rule."""
+    from fedlam.experiments._common import TitledTable, controller_label
+
+    p = _check_result(res, AdversarialResult).params
+    rows = []
+    for c in p.controllers:
+        s = res.summary[f"noise/none/{c}"]
+        rows.append((controller_label(c), f"{s['good_weight_final_mean']:.3f}",
+                     f"{s['attacker_weight_final_mean']:.3f}", f"{s['m_final']:.3f}",
+                     f"{s['k_hat_final_mean']:.2f}", f"{s['spurious_final_mean']:.2f}"))
+    return TitledTable("The noise client against the plain mean (final round, mean over seeds)", rows,
+                       ("rule", "w, good clients", "w, noise client", "mean m", "K-hat", "spurious"))
+
+
+def noise_rule_table(rule: NoiseClientRule, w_own: np.ndarray, w_clamp: np.ndarray, T: int) -> Any:
+    """The paper's rule on noise batches (:func:`paper_rule_on_noise`) and the attacker's final
+    weight in whole federations: with its own stated r = 0.01 (``w_own``, per seed) and with its
+    r estimated and clamped at 0.1 (``w_clamp``), after ``T`` rounds. Derived in
+    {ref}`sec-noise-floor`."""
+    from scipy import stats
+
+    from fedlam import controller
+    from fedlam.experiments._common import TitledTable
+
+    rule = _check_result(rule, NoiseClientRule, "rule")
+    rs, n = rule.r_values, rule.w_raw.shape[0]
+    w_mean = rule.w_raw.mean(axis=0)
+    all_zero = np.flatnonzero(np.all(rule.w_raw == 0, axis=0))
+    zero_txt = (f"every batch up to r = {rs[all_zero[-1]]:.3f}" if all_zero.size
+                else f"{np.sum(rule.w_raw[:, 0] == 0)} of {n} batches at r = {rs[0]:.3f}")
+    q_raw = stats.chi2.cdf((1.0 - controller.h_min(0.01)) / rule.mean_pred, 1)
+    rows = [
+        (f"mean 1 - H_AB of a noise batch ({n} batches)", f"{rule.one_minus_h_ab.mean():.3g}",
+         f"{rule.mean_pred:.3g}"),
+        ("r*", f"{rule.r_star:.4f} (from the mean)", f"{rule.r_star_pred:.4f}"),
+        (f"rule at r = {rs[0]:.3f}, 0.1, {rs[-1]:.1f} (mean)",
+         f"{w_mean[0]:.3f}, {w_mean[np.argmin(abs(rs - 0.1))]:.3f}, {w_mean[-1]:.3f}", ""),
+        ("rule is 0 for", zero_txt, ""),
+        ("mean rule >= 0.9 from", f"r = {rs[np.flatnonzero(w_mean >= 0.9)[0]]:.3f}", ""),
+        (f"attacker's w after T = {T} rounds, own r = 0.01 (per seed)",
+         " ".join(f"{x:.4f}" for x in np.round(w_own, 4)), f"{0.5 ** (T - 1):.4f} (EMA of zeros)"),
+        ("a round's raw weight > 0 (own r = 0.01)", f"{np.sum(w_own > 0.1)} of {w_own.size} seeds end "
+         "above 0.1", f"probability {q_raw:.3f} per round"),
+        ("attacker's w, estimated r clamped at 0.1 (per seed)",
+         " ".join(f"{x:.3f}" for x in np.round(w_clamp, 3)), ""),
+    ]
+    return TitledTable(f"The paper's rule on a noise client, N = {rule.N}, M = {rule.M}", rows,
+                       ("quantity", "measured", "predicted"))
+
+
+def grid_table(res: AdversarialResult, controller: Any) -> Any:
+    """Every attack against every defence under one weight rule (final round, means over seeds):
+    magnetization of the old archetypes (mean, minimum), spurious patterns (final mean, maximum
+    over rounds), the fake in memory (final / any round) and the new archetype's latency."""
+    from fedlam.experiments._common import TitledTable, controller_label
+
+    p = _check_result(res, AdversarialResult).params
+    if controller not in p.controllers:
+        raise ValueError(f"controller must be one of {p.controllers}, got {controller!r}")
+    rows = []
+    for a in p.attacks:
+        for d in p.defenses:
+            s = res.summary[f"{a}/{d}/{controller}"]
+            fake = (f"{_pct(s['fake_final_fraction'])} / {_pct(s['fake_any_fraction'])}"
+                    if "fake_final_fraction" in s else "—")
+            rows.append((a, d, f"{s['m_final']:.2f} ({s['m_min_final']:.2f})",
+                         f"{s['spurious_final_mean']:.1f} ({s['spurious_max']})", fake, _latency(s)))
+    title = f"{controller_label(controller)}: {len(rows)} runs, {p.seeds} seeds"
+    return TitledTable(title, rows, ("attack", "defence", "m (min)", "spurious final (max)",
+                                     "fake stored final / any", "new archetype: latency (stored)"))
+
+
+def support_table(res: AdversarialResult) -> Any:
+    """The single poisoners (poison, hidden, targeted) against the support test, per rule, and
+    without a defence (either rule); ``None`` if ``"support"`` was not run."""
+    from fedlam.experiments._common import TitledTable, controller_label
+
+    p = _check_result(res, AdversarialResult).params
+    if "support" not in p.defenses:
+        return None
+    D, C = p.defenses.index("support"), {c: i for i, c in enumerate(p.controllers)}
+    single = [a for a in ("poison", "hidden", "targeted") if a in p.attacks]
+    rows = []
+    for c in p.controllers:
+        for a in single:
+            s = res.summary[f"{a}/support/{c}"]
+            sp = int(res.spurious[:, p.attacks.index(a), D, C[c]].max())
+            rows.append(("support", a, controller_label(c), f"{100 * s['fake_any_fraction']:.0f}%",
+                         str(sp), f"{s['m_min_final']:.2f}"))
+    if "none" in p.defenses:
+        for a in single:
+            f = max(res.summary[f"{a}/none/{c}"]["fake_any_fraction"] for c in p.controllers)
+            rows.append(("none", a, "either", f"{100 * f:.0f}%", "", ""))
+    return TitledTable("Single poisoners: the support test against no defence", rows,
+                       ("defence", "attack", "rule", "fake stored (% of seeds, any round)",
+                        "max spurious", "min m"))
+
+
+def tradeoff_table(tres: TradeoffResult) -> Any:
+    """The price of each defence on honest federations (:func:`run_tradeoff`), per scenario."""
+    from fedlam.experiments._common import TitledTable, controller_label
+
+    p = _check_result(tres, TradeoffResult, "tres").params
+    rows = []
+    for sc in p.scenarios:
+        for d in p.defenses:
+            s = tres.summary[f"{sc}/{d}"]
+            rows.append((sc, d, f"{100 * s['recovered_final']:.0f}%", f"{s['m_min_final']:.2f}",
+                         str(s["spurious_max"]), _latency(s)))
+    title = (f"Honest federations (N = {p.N}, M = {p.M}, T = {p.T}, L = {p.L}, K = {p.K}; "
+             f"{controller_label(p.controller)}; seeds: {p.seeds})")
+    return TitledTable(title, rows,
+                       ("scenario", "defence", "stored (m >= 0.95)", "min m", "spurious (max)",
+                        "novelty latency (stored)"))
+
+
+def choice_of_s_table(tres: TradeoffResult) -> Any:
+    """The support threshold s: fakes stored against colluders, archetypes stored against
+    holders (% of seeds), per s."""
+    from fedlam.experiments._common import TitledTable
+
+    p = _check_result(tres, TradeoffResult, "tres").params
+    fake = np.round(100 * tres.fake_stored.mean(axis=0), 0)
+    hold = np.round(100 * np.nanmean(tres.holders_recovered, axis=0), 0)
+    rows = [(f"{s}", *(f"{x:.0f}%" for x in fake[i]), *(f"{x:.0f}%" for x in hold[i]))
+            for i, s in enumerate(p.s_values)]
+    header = ("s", *(f"fake stored, {k} colluders" for k in p.colluders),
+              *(f"stored, {h} holders" for h in (1, 2, 3)))
+    return TitledTable("The support threshold s (% of seeds)", rows, header)
+
+
+def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
+    """Paper versus measured, with ``w_own`` the noise client's final weight (per seed) when it
+    states its own r = 0.01."""
+    from fedlam.experiments._common import TitledTable
+
+    p = _check_result(res, AdversarialResult).params
+    c = "paper" if "paper" in p.controllers else p.controllers[0]
+    rows = []
+    if "noise" in p.attacks and "none" in p.defenses:
+        s = res.summary[f"noise/none/{c}"]
+        rows.append(("attacker weight, paper's entropy rule", "→ 0 within ~10 rounds",
+                     f"{s['attacker_weight_final_mean']:.2f} at the last round with the estimated r "
+                     f"(clamped at 0.1); {np.mean(w_own):.4f} with the attacker's own r = 0.01"))
+        rows.append(("good-client weight, paper's entropy rule", "0.4–0.6",
+                     f"{s['good_weight_final_mean']:.2f}"))
+        rows.append(("mean magnetization, one noise client", "⟨m⟩ ≳ 0.7 (caption), > 0.8 (text)",
+                     f"{s['m_final']:.2f}"))
+    for a in ("poison", "hidden", "collude", "targeted"):
+        if a in p.attacks and "none" in p.defenses:
+            s = res.summary[f"{a}/none/{c}"]
+            line = f"fake stored in {100 * s['fake_any_fraction']:.0f}% of seeds"
+            if "support" in p.defenses:
+                s2 = res.summary[f"{a}/support/{c}"]
+                line += f"; with the support test {100 * s2['fake_any_fraction']:.0f}%"
+            rows.append((f"robustness to a client that uploads '{a}'",
+                         "robust (the claim covers only noise)", line))
+    return TitledTable("Paper versus measured", rows, ("quantity", "paper reports", "we measure"))
+
+
+def near_copy_table(sweep: NearCopySweep) -> Any:
+    """Per overlap m of the copy (:func:`near_copy_sweep`): the smallest magnetization of any
+    archetype (one shot; federation at the last round and over rounds 1 to T - 1) and whether
+    the copy was ever stored."""
+    from fedlam.experiments._common import TitledTable
+
+    sweep = _check_result(sweep, NearCopySweep, "sweep")
+    rows = [(f"{m:.3f}", f"{sweep.one_shot[i].min():.3f}", str(bool(sweep.one_shot_copy[i].any())),
+             f"{sweep.federation[i].min():.3f}", f"{sweep.federation_min[i].min():.3f}",
+             str(bool(sweep.federation_copy[i].any())))
+            for i, m in enumerate(sweep.m_values)]
+    return TitledTable("A near-copy of archetype 0 against the support test", rows,
+                       ("copy's m", "one shot: min m", "copy stored", "federation: final min m",
+                        "min m over rounds", "copy stored (any round)"))

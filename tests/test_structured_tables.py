@@ -1,0 +1,62 @@
+"""The structured page's tables (issue 17 item 3): one titled table per output, built from a
+small run; every number is the result's own, formatted as the page prints it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedlam.experiments import structured
+from fedlam.experiments._common import TitledTable
+
+
+@pytest.fixture(scope="module")
+def res():
+    p = structured.StructuredParams(rs=(0.6,), decorrelated=(False, True), T=2, M_total=60, seeds=1,
+                                    Ks=(3, 4), n_subsets=1, examples_per_class=30, fed_subsets=1, fed_T=2,
+                                    fed_examples_per_class=10)
+    return structured.run(p, 9)
+
+
+def _rows(table: TitledTable) -> list[str]:
+    return [ln for ln in repr(table).splitlines() if ln.startswith("| ")][1:]
+
+
+def test_setting_and_overlap_tables(res):
+    t = structured.setting_table(res.params)
+    assert isinstance(t, TitledTable) and "| channel quality r | 0.6 |" in repr(t)
+    ov = structured.overlap_table(res)
+    rows = _rows(ov)
+    assert len(rows) == 6  # three pairs, three surrogates
+    assert rows[2] == (f"| bass – motorbike | {res.archetype_overlaps[0][1, 2]:.3f} | "
+                       f"{res.archetype_overlaps[1][1, 2]:.3f} |")
+    own = (res.archetypes[0].astype(float) * res.archetypes[1]).sum(axis=1) / 784
+    assert rows[4] == f"| bass: surrogate with its prototype | — | {own[1]:.3f} |"
+    with pytest.raises(TypeError, match="res must be a StructuredResult"):
+        structured.overlap_table(res.params)
+    with pytest.raises(TypeError, match="params must be a StructuredParams"):
+        structured.setting_table(res)
+
+
+def test_part1_tables(res):
+    ex = _rows(structured.example_table(res))
+    m = (res.examples[0].astype(float) * res.archetypes[0]).sum(axis=1) / 784
+    assert ex == ["| 0.6 | " + " | ".join(f"{x:.3f}" for x in m) + " |"]
+    mag = structured.magnetization_table(res)
+    assert f"{res.magnetization.min():.3f})" in mag.title and len(_rows(mag)) == 2
+    assert len(_rows(structured.reconstruction_table(res))) == 2
+    paper = _rows(structured.paper_table(res))
+    assert len(paper) == 2 and paper[0].startswith("| r = 0.6, raw prototypes | non-trivial, slower")
+
+
+def test_part2_tables(res):
+    sub = _rows(structured.subset_table(res))
+    assert len(sub) == 3 and sub[0].startswith("| K = 3: the paper's classes |")
+    det = _rows(structured.subset_detail_table(res))
+    assert len(det) == 2
+    s_span, s_lam = res.params.searches.index("span"), res.params.searches.index("lam")
+    k4 = f"{res.single_recovered[1, 0, 0, s_span]} \\| {res.single_recovered[1, 0, 0, s_lam]}"
+    assert det[1].startswith(f"| 4 | 0 | {res.subset_overlap_max[1, 0]:.2f} | {k4} |")
+    fed = _rows(structured.federation_table(res))
+    assert len(fed) == 2 and fed[0].startswith("| 3 | 0 | 0.6 | 30 | " + " ".join(map(str, res.fed_k_hat[0, 0, 0])))
+    assert np.isfinite(res.fed_min_m).all()
