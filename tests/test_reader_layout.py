@@ -69,3 +69,11 @@ def test_folded_solutions_do_not_count_towards_the_page(tmp_path: Path) -> None:
     page += [md("```{solution-start} ex\n```"), code(), md("```{solution-end}\n```")]
     assert reader_layout.report(_notebook(tmp_path, page))["code_lines"] == 60
     assert reader_layout.report(_notebook(tmp_path, [*page, code()]))["code_lines"] == 72
+
+
+def test_the_chapter_3_of_before_the_layout_pass_breaks_every_code_limit() -> None:
+    """Negative control on a real page: chapter 3 as it was before issue 17 (one page; its
+    sources kept, outputs stripped, in ``tests/data``) breaks each code-layout limit."""
+    r = reader_layout.report(ROOT / "tests" / "data" / "ch03_before_issue17.json")
+    assert not _within(r)
+    assert r["code_lines"] > 60 and r["cells_over_15"] and r["checks"] and r["lines_over_88"], r

@@ -24,8 +24,9 @@ limit                       what is measured
 Pages being restructured are listed in :data:`KNOWN_NONCOMPLIANT`, per (page, limit): those
 tests are ``xfail(strict=True)``, so a page that becomes compliant fails the run until its
 entry is removed. Every other (page, limit) must pass. :func:`test_limits_catch_a_bad_page`
-is the negative control on a synthetic page; the entries of today's chapter 3 are the negative
-control on a real one. Run ``python tests/browser/test_reader.py`` to print the measurements.
+is the negative control on a synthetic page; ``tests/test_reader_layout.py`` checks the code
+limits on the chapter 3 of before the layout pass (a real page that broke them). Run
+``python tests/browser/test_reader.py`` to print the measurements.
 """
 
 from __future__ import annotations
@@ -70,27 +71,11 @@ LIMITS = (
 _CH = "book/chapters/"
 _EX = "book/experiments/"
 # (page, limit) pairs that fail on this build, because their page is being restructured
-# (issue 17). Measured values are in the report of the session that listed them; remove an
-# entry as soon as its page complies (strict xfail makes the run fail until you do).
+# (issue 17); a page listed here is a strict xfail, so an entry must go as soon as its page
+# complies. Every page complies since the layout pass: the list is empty, kept for the next
+# restructuring.
 _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
-KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
-    _CH + "01_hopfield.html": (*_LAYOUT, "figures_captioned"),
-    _CH + "02_dreaming.html": (*_LAYOUT, "figures_captioned"),
-    _CH + "04_protocol.html": (*_LAYOUT, "figures_scale"),
-    _CH + "05_spiked.html": (*_LAYOUT, "figures_captioned"),
-    _CH + "06_concentration.html": (*_LAYOUT, "figures_captioned"),
-    _CH + "07_bbp.html": ("screens", *_LAYOUT, "figures_captioned"),
-    _CH + "08_controller.html": ("screens", *_LAYOUT),
-    _CH + "09_cost.html": _LAYOUT,
-    _CH + "10_errata.html": ("screens", *_LAYOUT),
-    _CH + "11_privacy.html": ("screens", *_LAYOUT, "figures_captioned"),
-    _CH + "12_robustness.html": ("screens", *_LAYOUT, "figures_captioned"),
-    _CH + "13_deployment.html": _LAYOUT,
-    _EX + "adversarial.html": (*_LAYOUT, "figures_captioned"),
-    _EX + "structured.html": (*_LAYOUT, "figures_captioned"),
-    _EX + "baselines.html": ("screens", *_LAYOUT, "figures_scale"),
-    _EX + "privacy.html": (*_LAYOUT, "figures_captioned", "figures_scale"),
-}
+KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {}
 
 
 def known(page: str, limit: str) -> bool:
