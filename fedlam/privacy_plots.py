@@ -198,8 +198,8 @@ def noised_spectrum_table(epsilon: float = 2.0, M: int = 400, N: int = 400, r: f
 def plot_client_frontier(res: Any, *, show_numbers: bool = True) -> Any:
     """Smallest number of clients against the client-level budget (log-log): the noisy-BBP
     transition and the recovery threshold (lines), the simulated smallest L (points).
-    Prints the plotted numbers unless ``show_numbers`` is False (the book shows them as
-    :func:`fedlam.experiments.privacy.client_frontier_table`)."""
+    Prints the plotted numbers unless ``show_numbers`` is False (the book's privacy chapter
+    lists them in a table, {ref}`sec-privacy-client`)."""
     _check_flag(show_numbers)
     eps = np.asarray(res.epsilons)
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
