@@ -1,11 +1,13 @@
 """Figures and the interactive explorer of the privacy chapter and experiment.
 
 Nothing here computes anything the book relies on: the figures draw arrays produced by
-:mod:`fedlam.privacy` and :mod:`fedlam.experiments.privacy`, and every function prints the numbers
-it draws (nbval compares text, not images). :func:`noised_spectrum_view` is the plot function of
-the explorer with ``epsilon`` and ``M`` sliders (``fedlam.widgets.explorer(noised_spectrum_view,
-...)``); it wraps :func:`fedlam.privacy.gaussian_mechanism`, :func:`fedlam.privacy.factorize_noised`
-and the closed forms of {ref}`sec-privacy-frontier`.
+:mod:`fedlam.privacy` and :mod:`fedlam.experiments.privacy`, and every plotting function prints the
+numbers it draws (nbval compares text, not images) unless ``show_numbers=False``, where the book shows
+them as titled tables instead (:func:`noised_spectrum_table` for the explorer).
+:func:`noised_spectrum_view` is the plot function of the explorer with ``epsilon`` and ``M`` sliders
+(``fedlam.widgets.explorer(noised_spectrum_view, ...)``); it wraps
+:func:`fedlam.privacy.gaussian_mechanism`, :func:`fedlam.privacy.factorize_noised` and the closed
+forms of {ref}`sec-privacy-frontier`.
 """
 
 from __future__ import annotations
