@@ -35,7 +35,7 @@ from fedlam.experiments._common import (
 
 __all__ = ["PrivacyParams", "PrivacyResult", "PRESETS", "make_params", "run", "server_factorize",
            "AttackCurve", "attack_curve", "ClientFrontier", "client_frontier", "setting_table",
-           "threshold_table", "attack_table"]
+           "threshold_table", "attack_table", "frontier_table", "attack_curve_table"]
 
 
 @dataclass(frozen=True)
@@ -493,3 +493,40 @@ def attack_table(res: PrivacyResult) -> Any:
     header = ("batch M", "recovered without noise", "smallest eps, whole batch (all seeds)",
               "eps at which the span drowns", "ratio")
     return TitledTable("The attack on one noised upload", rows, header)
+
+
+def frontier_table(res: PrivacyResult) -> Any:
+    """The means over seeds that :func:`fedlam.privacy_plots.plot_frontier` draws, as a titled
+    table: one row per budget epsilon, one column per (L, M), each cell "smallest magnetization
+    over the archetypes / K-hat / spurious patterns". The frontier of {ref}`sec-privacy-frontier`
+    (the predicted thresholds are in :func:`threshold_table`).
+    """
+    from fedlam.experiments._common import TitledTable
+
+    res = _check_result(res)
+    p = res.params
+    cases = [(li, mi) for li in range(len(p.Ls)) for mi in range(len(p.Ms))]
+    mmin = {c: res.magnetization[:, c[0], c[1]].min(axis=-1).mean(axis=0) for c in cases}
+    khat = {c: res.k_hat[:, c[0], c[1]].mean(axis=0) for c in cases}
+    spur = {c: res.spurious[:, c[0], c[1]].mean(axis=0) for c in cases}
+    rows = [(f"{e:g}", *(f"{mmin[c][ei]:.2f} / {khat[c][ei]:.1f} / {spur[c][ei]:.1f}" for c in cases))
+            for ei, e in enumerate(p.epsilons)]
+    header = ("eps", *(f"L = {p.Ls[li]}, M = {p.Ms[mi]}" for li, mi in cases))
+    return TitledTable("Smallest m / K-hat / spurious patterns against the budget (mean over seeds)",
+                       rows, header)
+
+
+def attack_curve_table(res: PrivacyResult) -> Any:
+    """The means over seeds that :func:`fedlam.privacy_plots.plot_attack_vs_epsilon` draws, as a
+    titled table: the fraction of the batch the attack of {ref}`sec-privacy-leak` recovers, one
+    row per budget epsilon (first row: no noise), one column per attacked batch size."""
+    from fedlam.experiments._common import TitledTable
+
+    res = _check_result(res)
+    p = res.params
+    n = len(p.attack_Ms)
+    rows = [("no noise", *(f"{res.attack_clean[:, ai].mean():.2f}" for ai in range(n)))]
+    rows += [(f"{e:g}", *(f"{res.attack_recovered[:, ai, ei].mean():.2f}" for ai in range(n)))
+             for ei, e in enumerate(p.attack_epsilons)]
+    return TitledTable("Fraction of the batch the attack recovers (mean over seeds)", rows,
+                       ("eps", *(f"M = {Ma}" for Ma in p.attack_Ms)))
