@@ -35,7 +35,9 @@ def test_setting_quality_and_comparison(res):
     with pytest.raises(TypeError, match="res must be a BaselinesResult"):
         EB.quality_table(res.params)
     cmp_rows = _rows(EB.hebbian_comparison_table(res))
-    assert len(cmp_rows) == 6 and cmp_rows[0].startswith("| drift: LAM vs spectral only |")
+    fed, spec = (res.summary["drift"][m]["final_mean_magnetization"] for m in ("federated", "spectral"))
+    assert len(cmp_rows) == 2 and cmp_rows[0].startswith(f"| drift | {fed:.2f} | {spec:.2f} |")
+    assert cmp_rows[0].endswith(f"| {np.sqrt(40 / 30):.2f} | {np.sqrt(40 / 90):.2f} |")
 
 
 def test_per_method_tables(res):
