@@ -14,6 +14,7 @@ operator of the pooled examples, so q = N / M with M the round total.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -435,8 +436,15 @@ def detection_table(res: BBPResult) -> Any:
                      f"{det.mean():.2f}", f"{det.min()}–{det.max()}",
                      f"{np.mean(det == n_sup[m]):.0%}"))
     return TitledTable("Eigenvalues of N·J above the MP edge", rows,
-                   ("M", "q", "edge σ²(1+√q)²", "predicted", "mean detected",
-                    "range", "trials with detected = predicted"))
+                       ("M", "q", "edge σ²(1+√q)²", "predicted", "mean detected",
+                        "range", "trials with detected = predicted"))
+
+
+def _supercritical_pairs(res: BBPResult) -> Iterator[tuple[int, int, int]]:
+    """``(m, M, mu)`` for every supercritical (batch size, archetype) pair, in table order."""
+    for m, M in enumerate(res.params.Ms):
+        for mu in np.flatnonzero(res.supercritical[m]):
+            yield m, int(M), int(mu)
 
 
 def outlier_table(res: BBPResult) -> Any:
@@ -448,17 +456,15 @@ def outlier_table(res: BBPResult) -> Any:
     mean = res.attributed_values.mean(axis=0)
     std = res.attributed_values.std(axis=0)
     rows = []
-    for m, M in enumerate(res.params.Ms):
-        for mu in np.flatnonzero(res.supercritical[m]):
-            lam = res.lambda_theory[m, mu]
-            zz = z.get((m, int(mu)))
-            rows.append((f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{lam:.3f}",
-                         f"{mean[m, mu]:.3f} ± {std[m, mu]:.3f}",
-                         f"{(mean[m, mu] - lam) / lam:+.2%}",
-                         "—" if zz is None else f"{zz:+.2f}"))
+    for m, M, mu in _supercritical_pairs(res):
+        lam = res.lambda_theory[m, mu]
+        zz = z.get((m, mu))
+        rows.append((f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{lam:.3f}",
+                     f"{mean[m, mu]:.3f} ± {std[m, mu]:.3f}", f"{(mean[m, mu] - lam) / lam:+.2%}",
+                     "—" if zz is None else f"{zz:+.2f}"))
     return TitledTable("Outlier locations: λ_out(κ, q) against the trial mean (± one trial's std)",
-                   rows, ("M", "archetype", "κ", "λ_out", "measured", "relative error",
-                          "error / std. error"))
+                       rows, ("M", "archetype", "κ", "λ_out", "measured", "relative error",
+                              "error / std. error"))
 
 
 def overlap_table(res: BBPResult) -> Any:
@@ -467,15 +473,11 @@ def overlap_table(res: BBPResult) -> Any:
     res = _check_result(res)
     ov = res.overlap.mean(axis=0)
     sub = res.subspace_overlap.mean(axis=0)
-    rows = []
-    for m, M in enumerate(res.params.Ms):
-        for mu in np.flatnonzero(res.supercritical[m]):
-            g = res.gamma_theory[m, mu]
-            rows.append((f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{g:.4f}",
-                         f"{ov[m, mu]:.4f}", f"{sub[m, mu]:.4f}"))
+    rows = [(f"{M}", f"{mu + 1}", f"{res.kappa[mu]:.3f}", f"{res.gamma_theory[m, mu]:.4f}",
+             f"{ov[m, mu]:.4f}", f"{sub[m, mu]:.4f}") for m, M, mu in _supercritical_pairs(res)]
     return TitledTable("Squared overlaps with the archetype: γ(κ, q) against the trial mean",
-                   rows, ("M", "archetype", "κ", "γ(κ, q)", "per eigenvector ⟨v, u⟩²",
-                          "signal subspace Γ"))
+                       rows, ("M", "archetype", "κ", "γ(κ, q)", "per eigenvector ⟨v, u⟩²",
+                              "signal subspace Γ"))
 
 
 PAPER_REPORTS: dict[str, str] = {
