@@ -67,12 +67,14 @@ import numpy as np
 from fedlam._validation import _describe, as_rng, check_pm1
 from fedlam.experiments._common import (
     JsonResult,
+    TitledTable,
     check_choice,
     check_controllers,
     check_in_range,
     check_int_tuple,
     check_positive_int,
     check_quality,
+    controller_label,
     seed_pairs,
 )
 from fedlam.experiments._common import (
@@ -908,8 +910,6 @@ def _methods(res: BaselinesResult, wanted: Any) -> list:
 
 def setting_table(params: BaselinesParams) -> Any:
     """The experiment's setting as a titled table (one row per parameter group)."""
-    from fedlam.experiments._common import TitledTable, controller_label
-
     if not isinstance(params, BaselinesParams):
         raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
     p = params
@@ -933,8 +933,6 @@ def setting_table(params: BaselinesParams) -> Any:
 def quality_table(res: BaselinesResult, methods: Any = None) -> Any:
     """Final mean, final worst-archetype and time-averaged magnetization per scenario and
     method (mean over seeds)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     ms = _methods(res, methods)
     rows = []
@@ -951,8 +949,6 @@ def hebbian_comparison_table(res: BaselinesResult) -> Any:
     spectral-only reconstruction, local-only clients and the central oracle, with the BBP
     thresholds √q = √(N/M) of one client and √(N/(LM)) of the pooled clients (the page's
     prose interprets them, {ref}`sec-exp-baselines`)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     params = res.params
     rows = []
@@ -975,8 +971,6 @@ def hebbian_comparison_table(res: BaselinesResult) -> Any:
 
 def bytes_table(res: BaselinesResult) -> Any:
     """Mean kB uploaded per client and round, per method and scenario."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     idx, sc = _idx(res), res.params.scenarios
     rows = [(m, *[f"{res.bytes_sent[s][:, idx[m]].mean() / 1000:.1f}" for s in sc]) for m in res.params.methods]
@@ -986,8 +980,6 @@ def bytes_table(res: BaselinesResult) -> Any:
 def side_by_side_table(res: BaselinesResult) -> Any:
     """Final round, mean over seeds: mean magnetization / worst archetype / spurious / k used,
     per method and scenario."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     sc = res.params.scenarios
     rows = []
@@ -1005,8 +997,6 @@ def side_by_side_table(res: BaselinesResult) -> Any:
 def unknown_k_table(res: BaselinesResult) -> Any:
     """Scenarios whose K does not change: fraction of rounds with k = K for the methods that
     choose k, with the final k and spurious patterns."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     idx, meth = _idx(res), res.params.methods
     fixed_K = [s for s in res.params.scenarios if s not in ("drift", "novelty")]
@@ -1024,8 +1014,6 @@ def unknown_k_table(res: BaselinesResult) -> Any:
 def streaming_table(res: BaselinesResult) -> Any:
     """Drift and novelty: the final magnetization of the first drift archetype, final and
     time-averaged mean magnetization, for the federation, the oracle and the clustering peers."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     idx, s = _idx(res), res.summary
     ms = [m for m in ("federated", "oracle", "kfed", "kfed_auto", "fedkmeans", "fedkmeans_auto")
@@ -1042,8 +1030,6 @@ def streaming_table(res: BaselinesResult) -> Any:
 def attacker_table(res: BaselinesResult) -> Any:
     """A noise client and a poisoner: final m̄ and worst archetype, fraction of rounds with an
     archetype lost (m < 0.5), spurious patterns (mean over rounds)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     idx = _idx(res)
     ms = [m for m in ("federated", "oracle", *CLUSTERING_METHODS) if m in res.params.methods]
@@ -1062,8 +1048,6 @@ def attacker_table(res: BaselinesResult) -> Any:
 def leak_table(res: BaselinesResult) -> Any:
     """Fraction of the first honest client's round-0 examples revealed by its round-0 upload:
     exactly (within ``leak_bits`` of the bits, in brackets), per method and scenario."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     idx, sc = _idx(res), res.params.scenarios
     rows = [(m, *[f"{res.leak[s][:, idx[m], 0].mean():.2f} ({res.leak[s][:, idx[m], 1].mean():.2f})" for s in sc])
@@ -1074,8 +1058,6 @@ def leak_table(res: BaselinesResult) -> Any:
 def leakage_curve_table(res: BaselinesResult) -> Any:
     """The leakage curve (:func:`leakage_curve`): fraction of one client's examples revealed
     against its batch size M, per upload and attack (mean over seeds)."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     p, lk = res.params, res.leakage
     Ms = np.asarray(lk["Ms"])
@@ -1089,8 +1071,6 @@ def leakage_curve_table(res: BaselinesResult) -> Any:
 def wall_time_table(res: BaselinesResult) -> Any:
     """Seconds per run (all rounds of one scenario and seed, mean over seeds): not reproducible,
     printed only."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     idx, sc = _idx(res), res.params.scenarios
     rows = [(m, *[f"{res.wall_time[s][:, idx[m]].mean():.2f} s" for s in sc]) for m in res.params.methods]

@@ -22,6 +22,7 @@ from fedlam.experiments._common import (
     check_in_range,
     check_positive_int,
     check_quality,
+    controller_label,
     seed_pairs,
 )
 from fedlam.experiments._common import (
@@ -211,12 +212,6 @@ def run(params: DriftParams, rng: Any, executor: Any = None) -> DriftResult:
 # Tables the notebook displays ({ref}`sec-exp-drift`): one call per visible cell.
 
 
-def _label(ctrl: Any) -> str:
-    from fedlam.experiments._common import controller_label
-
-    return controller_label(ctrl)
-
-
 def _check_result(res: Any) -> DriftResult:
     if not isinstance(res, DriftResult):
         raise TypeError(f"res must be a DriftResult, got {type(res).__name__}")
@@ -234,7 +229,7 @@ def setting_table(params: DriftParams) -> Any:
         ("rounds T, examples per client and round M", f"{p.T}, {p.M}"),
         ("channel quality r", f"{p.r} ({'known' if p.known_r else 'estimated'} by the clients)"),
         ("schedule", f"archetypes dominate in turn, bump width {width} rounds"),
-        ("weight rules", ", ".join(_label(c) for c in p.controllers)),
+        ("weight rules", ", ".join(controller_label(c) for c in p.controllers)),
         ("EMA coefficient of the adaptive rules", f"{p.ema_alpha}"),
         ("seeds", f"{p.seeds}"),
     ]
@@ -263,7 +258,7 @@ def weight_table(res: DriftResult) -> Any:
         tmin = 1 + int(np.argmin(wb[1:]))
         tmax = 2 + int(np.argmax(wb[2:]))
         s = res.summary[str(c)]
-        rows.append((_label(c), f"{wb[1]:.2f}", f"{wb[tmin]:.2f} (round {tmin})",
+        rows.append((controller_label(c), f"{wb[1]:.2f}", f"{wb[tmin]:.2f} (round {tmin})",
                      f"{wb[tmax]:.2f} (round {tmax})", f"{wb[-1]:.2f}",
                      f"{s['mean_weight_after_round0']:.2f}",
                      f"{s['weight_shift_correlation']:+.2f}"))
@@ -300,7 +295,7 @@ def magnetization_table(res: DriftResult) -> Any:
     rows = []
     for i, c in enumerate(res.params.controllers):
         mf = res.magnetization[:, i, -1].mean(axis=0)
-        rows.append((_label(c), " ".join(f"{x:.2f}" for x in mf),
+        rows.append((controller_label(c), " ".join(f"{x:.2f}" for x in mf),
                      f"{res.magnetization[:, i].mean():.3f}", f"{res.k_hat[:, i, -1].mean():.2f}",
                      f"{res.spurious[:, i, -1].mean():.2f}"))
     return TitledTable("Magnetizations and patterns under each rule (mean over seeds)", rows,
@@ -324,5 +319,5 @@ def paper_table(res: DriftResult) -> Any:
         if isinstance(c, str):
             measured += (f"; mean w {s['mean_weight_after_round0']:.2f}; "
                          f"final spurious {s['final_spurious_mean']:.2f}")
-        rows.append((_label(c), reports.get(c, "(not in the paper)"), measured))
+        rows.append((controller_label(c), reports.get(c, "(not in the paper)"), measured))
     return TitledTable("Paper versus measured", rows, ("rule", "paper reports", "we measure"))

@@ -23,6 +23,7 @@ from fedlam.experiments._common import (
     check_nonneg_int,
     check_positive_int,
     check_quality,
+    controller_label,
     seed_pairs,
 )
 from fedlam.experiments._common import (
@@ -240,12 +241,6 @@ def run(params: NoveltyParams, rng: Any, executor: Any = None) -> NoveltyResult:
 # Tables the notebook displays ({ref}`sec-exp-novelty`): one call per visible cell.
 
 
-def _label(ctrl: Any) -> str:
-    from fedlam.experiments._common import controller_label
-
-    return controller_label(ctrl)
-
-
 def _check_result(res: Any) -> NoveltyResult:
     if not isinstance(res, NoveltyResult):
         raise TypeError(f"res must be a NoveltyResult, got {type(res).__name__}")
@@ -264,7 +259,7 @@ def setting_table(params: NoveltyParams) -> Any:
         ("new archetypes enter at round t_intro, ramp", f"{p.t_intro}, {p.ramp} rounds"),
         ("channel quality r", f"{p.r} ({'known' if p.known_r else 'estimated'} by the clients)"),
         ("weight rules (EMA coefficient)",
-         ", ".join(_label(c) for c in p.controllers) + f" ({p.ema_alpha})"),
+         ", ".join(controller_label(c) for c in p.controllers) + f" ({p.ema_alpha})"),
         ("dreaming time of the gap", f"{p.dream_time}"),
         ("seeds", f"{p.seeds}"),
     ]
@@ -307,7 +302,7 @@ def detection_table(res: NoveltyResult) -> Any:
             v = s[key]
             return "never" if v is None else f"{v:.0f} ({100 * s[frac]:.0f} % of seeds)"
 
-        rows.append((_label(c),
+        rows.append((controller_label(c),
                      f"{s['k_hat_before_intro_mean']:.1f} -> {s['k_hat_final_mean']:.1f}",
                      lat("latency_k_median", "latency_k_detected_fraction"),
                      lat("latency_m_median", "latency_m_acquired_fraction"),
@@ -327,7 +322,7 @@ def gap_table(res: NoveltyResult) -> Any:
     b, d, a = phase_windows(res.params)
     head = (f"before (rounds {b.start}-{b.stop - 1})", f"ramp (rounds {d.start}-{d.stop - 1})",
             f"after (rounds {a.start}-{res.params.T - 1})")
-    rows = [(_label(c), *(f"{x:.3f}" for x in phase_gap(res, c))) for c in res.params.controllers]
+    rows = [(controller_label(c), *(f"{x:.3f}" for x in phase_gap(res, c))) for c in res.params.controllers]
     return TitledTable("Relative gap at the old boundary (mean over seeds and rounds)", rows,
                        ("rule", *head))
 
@@ -341,7 +336,7 @@ def weight_table(res: NoveltyResult) -> Any:
     rows = []
     for i, c in enumerate(p.controllers):
         wb = res.weights[:, i].mean(axis=(0, 2))
-        rows.append((_label(c), *(f"{wb[t]:.2f}" for t in rounds)))
+        rows.append((controller_label(c), *(f"{wb[t]:.2f}" for t in rounds)))
     return TitledTable("Weight w_c(t) around the introduction (mean over seeds and clients)", rows,
                        ("rule", *(f"round {t}" for t in rounds)))
 
@@ -353,10 +348,10 @@ def paper_table(res: NoveltyResult) -> Any:
     for c in res.params.controllers:
         s = res.summary[str(c)]
         lk = "never" if s["latency_k_median"] is None else f"{s['latency_k_median']:.0f} rounds"
-        rows.append((f"K-hat(t), {_label(c)}", "3 -> 6 within a few rounds of t_intro",
+        rows.append((f"K-hat(t), {controller_label(c)}", "3 -> 6 within a few rounds of t_intro",
                      f"{s['k_hat_before_intro_mean']:.1f} -> {s['k_hat_final_mean']:.1f}; "
                      f"median latency {lk}"))
-        rows.append((f"old / new magnetization, {_label(c)}",
+        rows.append((f"old / new magnetization, {controller_label(c)}",
                      "new acquired during or after the ramp; old dip mildly and recover",
                      f"final old {s['final_old_magnetization_mean']:.2f}, "
                      f"new {s['final_new_magnetization_mean']:.2f}; dip {s['old_dip_mean']:.2f}"))

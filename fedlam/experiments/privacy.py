@@ -22,6 +22,7 @@ import numpy as np
 
 from fedlam.experiments._common import (
     JsonResult,
+    TitledTable,
     check_float_tuple,
     check_in_range,
     check_int_tuple,
@@ -420,8 +421,6 @@ def _check_result(res: Any) -> PrivacyResult:
 def setting_table(params: PrivacyParams) -> Any:
     """The frontier experiment's setting as a titled table (one row per parameter group),
     shown in {ref}`sec-exp-privacy`."""
-    from fedlam.experiments._common import TitledTable
-
     if not isinstance(params, PrivacyParams):
         raise TypeError(f"params must be a PrivacyParams, got {type(params).__name__}")
     p = params
@@ -451,8 +450,6 @@ def threshold_table(res: PrivacyResult) -> Any:
     ``3 eps*`` (resp. at or below ``eps*/2``) meet that criterion (resp. detect nothing,
     K-hat = 0, in every seed). The frontier of {ref}`sec-privacy-frontier`.
     """
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     p = res.params
     eps = np.asarray(p.epsilons)
@@ -480,8 +477,6 @@ def attack_table(res: PrivacyResult) -> Any:
     the smallest budget of the grid at which every seed gets the whole batch back, the budget
     at which the noise reaches :func:`fedlam.privacy.example_critical_noise` (the span of the
     batch drowns below it) and the ratio of the two."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     rows = []
     for ai, Ma in enumerate(res.params.attack_Ms):
@@ -501,8 +496,6 @@ def frontier_table(res: PrivacyResult) -> Any:
     over the archetypes / K-hat / spurious patterns". The frontier of {ref}`sec-privacy-frontier`
     (the predicted thresholds are in :func:`threshold_table`).
     """
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     p = res.params
     cases = [(li, mi) for li in range(len(p.Ls)) for mi in range(len(p.Ms))]
@@ -520,8 +513,6 @@ def attack_curve_table(res: PrivacyResult) -> Any:
     """The means over seeds that :func:`fedlam.privacy_plots.plot_attack_vs_epsilon` draws, as a
     titled table: the fraction of the batch the attack of {ref}`sec-privacy-leak` recovers, one
     row per budget epsilon (first row: no noise), one column per attacked batch size."""
-    from fedlam.experiments._common import TitledTable
-
     res = _check_result(res)
     p = res.params
     n = len(p.attack_Ms)
