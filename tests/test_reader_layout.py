@@ -77,3 +77,9 @@ def test_the_chapter_3_of_before_the_layout_pass_breaks_every_code_limit() -> No
     r = reader_layout.report(ROOT / "tests" / "data" / "ch03_before_issue17.json")
     assert not _within(r)
     assert r["code_lines"] > 60 and r["cells_over_15"] and r["checks"] and r["lines_over_88"], r
+
+
+def test_a_hide_cell_fold_counts_as_visible(tmp_path: Path) -> None:
+    """Only the tags DESIGN.md section 10 names hide code; ``hide-cell`` shows its fold."""
+    cell = nbformat.v4.new_code_cell("x = 1\n" * 16, metadata={"tags": ["hide-cell"]})
+    assert reader_layout.report(_notebook(tmp_path, [cell]))["cells_over_15"] == 1
