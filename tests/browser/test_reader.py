@@ -16,8 +16,10 @@ limit                       what is measured
 ``figures_scale``           every visible output image is shown at >= 0.6 of its pixel width
 ``figure_text``             a 9 pt font in every visible output image is >= 9 px on screen:
                             shown width / pixel width x the dpi the PNG was saved at (its
-                            ``pHYs`` chunk; an image without one fails) / 72 x 9 >= 9; that
+                            ``pHYs`` chunk; an image without one fails) / 72 x 9 >= 9. That
                             no figure sets a font below 9 pt is ``tests/test_plotting.py``'s
+                            (the style and the package; notebooks that still do are listed
+                            there: this limit does not see them)
 ``tables_unwrapped``        no table cell wraps its text onto a second line (below)
 ``paper_labels``            no paper equation cited by its LaTeX label (labels from
                             ``book/_data/paper_equations.json``)
