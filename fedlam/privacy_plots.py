@@ -163,7 +163,7 @@ def noised_spectrum_view(epsilon: float = 2.0, M: int = 400, N: int = 400, r: fl
     ax.set_ylabel("count")
     ax.set_title(f"eps = {epsilon:g} (threshold {d['eps_star']:.3g}): K-hat = {d['k_hat']}, "
                  f"m = {' '.join(f'{v:.2f}' for v in m)}", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     if show_numbers:
         top = " ".join(f"{v:.4f}" for v in vals[: K + 1])
         print(f"sigma = {d['sigma']:.3g}; top eigenvalues {top}; predicted edge {edge:.4f}, outlier "
@@ -214,7 +214,7 @@ def plot_client_frontier(res: Any, *, show_numbers: bool = True) -> Any:
     ax.set_yscale("log")
     ax.set_xlabel(f"client-level budget epsilon (one round, delta = {res.delta:g})")
     ax.set_ylabel("clients L")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     if not show_numbers:
         return fig
     print("epsilon:      " + " ".join(f"{e:7.2f}" for e in eps))

@@ -83,3 +83,38 @@ def test_a_hide_cell_fold_counts_as_visible(tmp_path: Path) -> None:
     """Only the tags DESIGN.md section 10 names hide code; ``hide-cell`` shows its fold."""
     cell = nbformat.v4.new_code_cell("x = 1\n" * 16, metadata={"tags": ["hide-cell"]})
     assert reader_layout.report(_notebook(tmp_path, [cell]))["cells_over_15"] == 1
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_jupyterlab_folds_what_the_book_hides(nb: Path) -> None:
+    """Issue 17 item 1: in JupyterLab the same cells are collapsed as in the book (the errata
+    included, since the Run All check reads the notebook model instead of the input prompts)."""
+    assert not reader_layout.unfolded_in_jupyterlab(nb), reader_layout.unfolded_in_jupyterlab(nb)[:5]
+
+
+@pytest.mark.parametrize(("tags", "jupyter", "missing"), [
+    (["remove-input"], {}, "source_hidden"),
+    (["hide-input"], {"outputs_hidden": True}, "source_hidden"),
+    (["remove-cell"], {"source_hidden": False}, "source_hidden"),
+    (["hide-input", "hide-output"], {"source_hidden": True}, "outputs_hidden"),
+    (["hide-output"], {}, "outputs_hidden"),
+])
+def test_an_unfolded_hidden_cell_is_caught(tmp_path: Path, tags: list, jupyter: dict, missing: str) -> None:
+    meta = {"tags": tags, **({"jupyter": jupyter} if jupyter else {})}
+    cell = nbformat.v4.new_code_cell("x = 1", metadata=meta)
+    found = reader_layout.unfolded_in_jupyterlab(_notebook(tmp_path, [cell]))
+    assert len(found) == 1 and missing in found[0], found
+    assert reader_layout.report(_notebook(tmp_path, [cell]))["unfolded_in_lab"] == 1
+    folded = {"source_hidden": True} if set(tags) - {"hide-output"} else {}
+    if "hide-output" in tags:
+        folded["outputs_hidden"] = True
+    ok = nbformat.v4.new_code_cell("x = 1", metadata={"tags": tags, "jupyter": folded})
+    assert not reader_layout.unfolded_in_jupyterlab(_notebook(tmp_path, [ok]))
+
+
+def test_the_generated_install_cell_is_left_as_the_header_script_writes_it(tmp_path: Path) -> None:
+    from notebook_headers import INSTALL_CELL_ID
+
+    cell = nbformat.v4.new_code_cell("pass", metadata={"tags": ["remove-cell"]})
+    cell["id"] = INSTALL_CELL_ID
+    assert not reader_layout.unfolded_in_jupyterlab(_notebook(tmp_path, [cell]))

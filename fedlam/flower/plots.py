@@ -31,7 +31,7 @@ def history_figure(hist: Mapping[str, Any]) -> Any:
         for k in range(a["magnetization"].shape[1]):
             ax[1].plot(t, a["magnetization"][:, k], "o-", label=f"archetype {k}")
         ax[1].set(ylim=(-0.05, 1.05), xlabel="round t", ylabel="magnetization", title="recovery")
-        ax[1].legend(frameon=False, fontsize=8)
+        ax[1].legend(frameon=False, fontsize=9)
     else:
         ax[1].text(0.5, 0.5, "archetypes unknown\n(real data)", ha="center", va="center",
                    transform=ax[1].transAxes)
