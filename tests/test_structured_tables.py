@@ -46,7 +46,8 @@ def test_part1_tables(res):
     assert f"{res.magnetization.min():.3f})" in mag.title and len(_rows(mag)) == 2
     assert len(_rows(structured.reconstruction_table(res))) == 2
     paper = _rows(structured.paper_table(res))
-    assert len(paper) == 2 and paper[0].startswith("| r = 0.6, raw prototypes | non-trivial, slower")
+    assert len(paper) == 2 and paper[0].startswith("| r = 0.6, raw | non-trivial, slower, wider bands | "
+                                                  f"{min(res.summary['r=0.6/raw']['final_magnetization_mean']):.2f} | ")
     # numbers only (the reasons are written on the page): the weakest spike N r^2 g_K / (K (1 - r^2))
     g = np.linalg.svd(res.archetypes[0].astype(float) / np.sqrt(784), compute_uv=False) ** 2
     assert paper[0].count(" | ") == 5 and paper[0].endswith(f" | {784 * 0.36 / 0.64 / 3 * g.min():.0f} |")
