@@ -94,6 +94,9 @@ __all__ = [
     "upload_threshold",
     "support_test",
     "support_filter",
+    "FRESH_QUORUM",
+    "fresh_quorum",
+    "fresh_aggregate",
 ]
 
 #: Defences selectable by name (``None`` is the paper's plain mean).
@@ -1010,6 +1013,82 @@ def aggregate(
     J = mean_aggregate([ops[i] for i in sel], ws)
     comps, v = khat.components_from_uploads([uploads[i] for i in sel], ws, N)
     return RobustAggregate(J, comps, v, None, {"defense": "krum", "scores": sc, "selected": sel})
+
+
+#: Quorum of the fresh acceptance (:func:`fresh_aggregate`): uploads whose fresh parts must
+#: certify a direction before it enters the memory (every upload when fewer answer).
+FRESH_QUORUM = 2
+
+
+def fresh_quorum(n_uploads: int) -> int:
+    """The fresh acceptance's quorum for ``n_uploads`` uploads: ``min(FRESH_QUORUM, n_uploads)``.
+
+    Derived in {ref}`sec-robust-support`."""
+    n_uploads = check_positive_int(n_uploads, "n_uploads")
+    return min(FRESH_QUORUM, n_uploads)
+
+
+def fresh_aggregate(
+    uploads: Sequence[Any],
+    weights: np.ndarray | None = None,
+    *,
+    broadcast: np.ndarray | None = None,
+    start: np.ndarray | None = None,
+) -> RobustAggregate:
+    """The aggregate of the fresh acceptance (``federation.Server(acceptance="fresh")``).
+
+    The support test of ``defense="support"`` (:func:`aggregate`; the same code) with the
+    quorum ``s =`` :func:`fresh_quorum`: 2 when at least two uploads answer, 1 for a lone upload.
+    A detected direction of the mean survives when at least ``s`` uploads' fresh parts (the
+    upload minus the broadcast it blended, :func:`fresh_operator`) certify it, or when it is
+    stored (its Rayleigh quotient in the broadcast is above 1/2: it passed when it entered, so an
+    archetype that stops appearing in the data is not forgotten); the other detected directions
+    are flattened to the bulk level before the LAM runs, so that a direction the broadcast alone
+    reinforces, a noisy duplicate of a stored pattern, does not enter.
+
+    Why a quorum of 2 and not 1 (derived in {ref}`sec-robust-support`):
+
+    - *a lone poisoner*: with ``s = 1`` one upload certifies whatever it holds as a supercritical
+      spike, the rank-one upload of a fake first of all, and once stored the fake keeps its
+      votes as memory; with ``s = 2`` it has one vote (its own) and is removed
+      ({prf:ref}`thm-robust-support`, part 1, ``k = 1 < s``);
+    - *a near-copy* of an archetype (overlap ``m`` with ``m^2 >= rho``, e.g. 10 of 400 bits
+      flipped, ``m = 0.95``): with ``s = 1`` every certified direction has its own upload's
+      fraction 1 and ranks first, the copy's direction included, and the honest clients'
+      fractions ``m^2 >= rho`` vote for it too, so the copy may enter in the archetype's place;
+      with ``s = 2`` the candidates are ranked by their second largest fraction, largest for the
+      direction two honest holders agree on, and the copy's remainder ``1 - m^2 <= 1 - rho`` is
+      a duplicate of it (part 3, ``h >= s > k``).
+
+    The price, on the novelty ramp of the scenario matrix (every client sees the new archetype
+    from the same round on): the new archetype enters one round later than with ``s = 1``
+    (round 13 instead of 12, the ramp starting at round 10); a new archetype that a single
+    client holds does not enter until a second client certifies it, and in a round where only
+    one honest upload and an attacker answer nothing new enters (the memory stays).
+    ``defense="support"`` with ``defense_params={"s": 1}`` is the acceptance with ``s = 1``.
+
+    Parameters
+    ----------
+    uploads : sequence of Upload
+        This round's uploads (operators and scalars).
+    weights : numpy.ndarray or None
+        Aggregation weights (None: equal).
+    broadcast : numpy.ndarray or None
+        The server's last broadcast (None in round 0: nothing stored).
+    start : numpy.ndarray or None
+        Warm start of the block eigensolver (as :func:`aggregate`).
+
+    Returns
+    -------
+    RobustAggregate
+        ``details`` as for ``"support"`` in :func:`aggregate`, with ``defense`` None,
+        ``acceptance`` ``"fresh"`` and ``s`` the quorum used.
+    """
+    ops, _ = _check_uploads(uploads)
+    s = fresh_quorum(len(ops))
+    ra = aggregate(uploads, weights, "support", {"s": s}, broadcast=broadcast, start=start)
+    return RobustAggregate(ra.operator, ra.components, ra.noise_var, ra.spectrum,
+                           {**ra.details, "defense": None, "acceptance": "fresh", "s": s})
 
 
 def _robust_components(uploads: Sequence[Any], N: int) -> tuple[list, float]:
