@@ -394,10 +394,12 @@ class Server:
         clients' direction and could be stored in its place; two agreeing fresh parts keep out
         one attacker and prefer the direction the honest data hold
         ({prf:ref}`thm-robust-support`). The price: a new archetype enters only once two
-        clients certify it in the same round (one round later than with a quorum of 1 on the
-        novelty ramp). ``defense="support"`` certifies with its own ``s`` instead
-        (``defense_params={"s": 1}`` is the quorum of 1). It needs every upload's operator (no
-        secure aggregation) and runs without a defence or with ``defense="support"``.
+        clients certify it in the same round (never while a single client holds it; on the
+        scenario matrix's novelty ramp, held by two or more clients, in the same round as with a
+        quorum of 1, or at most one round later under privacy). ``defense="support"``
+        certifies with its own ``s`` instead (``defense_params={"s": 1}`` is the quorum of 1).
+        It needs every upload's operator (no secure aggregation) and runs without a defence or
+        with ``defense="support"``.
         Derived in {ref}`sec-robust-support`.
     """
 

@@ -477,3 +477,27 @@ def test_fresh_acceptance_quorum():
     fake = np.random.default_rng(6).choice(np.array([-1, 1], dtype=np.int8), size=N)
     ra = robust.fresh_aggregate([honest, Upload(operators.pattern_operator(fake[None]), 300, float("nan"), 0.19)])
     assert ra.details["s"] == 2 and ra.details["removed"] >= 1
+
+
+def test_fresh_acceptance_novelty_trade_off():
+    """The price of the quorum (robust.fresh_aggregate): a new archetype that one client of six
+    holds (novelty_ramp from round 10) enters with a quorum of 1 (defense="support", s = 1) but
+    not with the fresh acceptance's quorum of 2; held by two clients it enters in the same round
+    with both."""
+    T, L, K, n = 14, 6, 3, 160
+    xi = data.random_archetypes(K, n, 7)
+    ramp = data.novelty_ramp(T, L, K - 1, 1, t_start=10, ramp=5)
+    old = np.zeros((T, K))
+    old[:, :2] = 0.5
+
+    def first_round(c_new, **kw):
+        specs = [F.ClientSpec(r=0.85, M=200, mixture=np.ascontiguousarray(ramp[:, c] if c < c_new else old))
+                 for c in range(L)]
+        h = F.run_federation(xi, specs, T, 0, controller="novelty", acceptance="fresh", **kw)
+        assert h.spurious[3:].max() == 0 and h.k_hat.max() <= K
+        hit = np.flatnonzero(h.magnetization[:, 2] >= 0.95)
+        return int(hit[0]) if hit.size else None
+
+    quorum1 = {"defense": "support", "defense_params": {"s": 1}}
+    assert first_round(1, **quorum1) == 10 and first_round(1) is None
+    assert first_round(2, **quorum1) == first_round(2) == 10
