@@ -501,3 +501,28 @@ def test_fresh_acceptance_novelty_trade_off():
     quorum1 = {"defense": "support", "defense_params": {"s": 1}}
     assert first_round(1, **quorum1) == 10 and first_round(1) is None
     assert first_round(2, **quorum1) == first_round(2) == 10
+
+
+def test_fresh_acceptance_keeps_correlated_memory_with_one_honest_upload():
+    """The three silhouettes are stored (broadcast eigenvalues 0.46, 0.95, 1.59: the weakest stored
+    direction fails the broadcast's Rayleigh test, above 1/2); one honest upload (w = 0.1) and a
+    poisoner answer. The quorum of 2 must not cost the memory: the weakest direction lies in the
+    stored span and one certifying upload keeps it (s - 1 votes from the span). With the Rayleigh
+    test alone it had one vote, was flattened, and the server stored nothing (the scenario
+    matrix's row 7, rounds 20 and 25). The fake does not enter."""
+    from fedlam import attacks, metrics, operators, robust
+    from fedlam.protocol import Upload
+
+    xi = data.structured_archetypes()
+    N, K = xi.shape[1], xi.shape[0]
+    A = operators.pattern_operator(xi)
+    assert np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / N)[0] < 0.5
+    fake = np.random.default_rng(3).choice(np.array([-1, 1], dtype=np.int8), size=N)
+    for seed in range(3):
+        X, _ = data.sample_examples(xi, 200, 0.85, np.ones(K) / K, rng=seed)
+        honest = Upload(0.1 * operators.hebbian(X) + 0.9 * A, 200, 0.1, 1 - 0.85 ** 2)
+        ups = [honest, Upload(operators.pattern_operator(fake[None]), 200, float("nan"), 1 - 0.85 ** 2)]
+        rr = F.Server(acceptance="fresh").round(ups, np.random.default_rng(seed), broadcast=A)
+        assert rr.patterns.shape[0] == K and np.all(metrics.magnetization(rr.patterns, xi) == 1.0), seed
+        assert not attacks.fake_in_memory(rr.patterns, fake, xi)
+        assert robust.memory_span(A).shape == (N, K)
