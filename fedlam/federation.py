@@ -62,8 +62,8 @@ __all__ = ["ACCEPTANCES", "CLIENT_KINDS", "K_RULES", "ClientSpec", "Client", "Se
 
 CLIENT_KINDS = ("honest", "noise", "poison", "flip")
 #: how the server admits patterns into its memory: the paper's (whatever the aggregate's
-#: factorization accepts) or "fresh" (only directions the uploads' fresh parts certify, or that
-#: are already stored; see :class:`Server`)
+#: factorization accepts) or "fresh" (only directions that at least two uploads' fresh parts
+#: certify, or that are already stored; see :class:`Server`)
 ACCEPTANCES = ("paper", "fresh")
 #: K-hat rules of the server: per-client scalars (default), a fit of every upload's bulk
 K_RULES = ("scalars", "fit")
@@ -380,15 +380,27 @@ class Server:
         A server defence of :mod:`fedlam.robust` and its parameters (None: the plain mean).
     acceptance : {"paper", "fresh"}
         ``"paper"`` (default): the memory is whatever the factorization of the aggregate
-        accepts. ``"fresh"``: before the factorization, every detected direction of the
-        aggregate that no client's fresh part certifies (the support test of
-        :mod:`fedlam.robust` with ``s = 1``: the upload minus the broadcast it blended) and that
-        is not already stored is replaced by the bulk level, so a pattern enters the memory only
-        while some client's fresh data show it and stays while it is stored (an archetype that
-        stops appearing in the data is not forgotten); a direction the broadcast alone
-        reinforces, e.g. a noisy duplicate of a stored pattern, does not enter. It needs every
-        upload's operator (no secure aggregation) and runs without a defence or with
-        ``defense="support"`` (which certifies with its own ``s``).
+        accepts. ``"fresh"`` (:func:`fedlam.robust.fresh_aggregate`): before the factorization,
+        every detected direction of the aggregate is certified against the uploads' *fresh
+        parts* (each upload minus the broadcast it blended: the client's new evidence, never the
+        server's own broadcast) by the support test of :mod:`fedlam.robust` with a quorum of
+        ``s = 2`` uploads (1 when a single upload answers). A direction that fewer than ``s``
+        fresh parts certify and that is not already stored is replaced by the bulk level, so
+        a pattern enters the memory only when two clients' fresh data show it, and stays while it
+        is stored (an archetype that stops appearing in the data is not forgotten); a direction
+        the broadcast alone reinforces, e.g. a noisy duplicate of a stored pattern, does not
+        enter. Why two: one upload would certify whatever it holds, a poisoner's fake first of
+        all, and a near-copy of an archetype (overlap 0.95) would rank with the honest
+        clients' direction and could be stored in its place; two agreeing fresh parts keep out
+        one attacker and prefer the direction the honest data hold
+        ({prf:ref}`thm-robust-support`). The price: a new archetype enters only once two
+        clients certify it in the same round (never while a single client holds it; on the
+        scenario matrix's novelty ramp, held by two or more clients, in the same round as with a
+        quorum of 1, or at most one round later under privacy). ``defense="support"``
+        certifies with its own ``s`` instead (``defense_params={"s": 1}`` is the quorum of 1).
+        It needs every upload's operator (no secure aggregation) and runs without a defence or
+        with ``defense="support"``.
+        Derived in {ref}`sec-robust-support`.
     """
 
     def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None, *,
@@ -571,7 +583,7 @@ class Server:
                 raise ValueError("acceptance='fresh' needs every upload's operator, not a pre-summed aggregate")
             for c, u in enumerate(uploads):
                 check_operator(u.operator, f"uploads[{c}].operator")
-            ra = robust.aggregate(list(uploads), weights, "support", {"s": 1}, broadcast=broadcast, start=start)
+            ra = robust.fresh_aggregate(list(uploads), weights, broadcast=broadcast, start=start)
             return self._factorize_robust(ra, rng, weights, start)
         if self.defense is not None:
             # robust aggregation reads every operator on its own: each is checked here, and
@@ -908,7 +920,12 @@ def run_federation(
     defense, defense_params
         Server defence (:class:`Server`, :mod:`fedlam.robust`).
     acceptance : {"paper", "fresh"}
-        How the server admits patterns into its memory (:class:`Server`).
+        How the server admits patterns into its memory (:class:`Server`): ``"paper"``
+        (default) stores whatever the factorization of the aggregate accepts; ``"fresh"``
+        admits only directions that the fresh parts of at least two of the round's uploads
+        certify (all answering uploads if fewer; see :func:`fedlam.robust.fresh_aggregate`) and
+        keeps what is stored, so one poisoner or a near-copy of an archetype cannot write into
+        the memory, at the price of admitting a new archetype only once two clients see it.
 
     Returns
     -------

@@ -174,21 +174,15 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
 _MEDIAN = ("the median defence's K-hat (an MP fitted to the median's own moments) counts a bulk "
            "direction as a spike: already in round 0 with 3 or 6 honest clients (N = 160, M = 200) "
            "K-hat = 4 with one spurious pattern; blended or few uploads make it worse (K-hat 25-40)")
-_NEAR_COPY_FRESH = ("the fresh acceptance keeps the near-copy (m = 0.95) in place of its archetype; "
-                    "the near-copy fix of issue 18 item 3 covers the support defence only")
 KNOWN_FAILURES: dict[int, str] = {
     2: _MEDIAN,
     3: _MEDIAN,
     4: ("silhouettes under privacy with a noise client and constant weight 0.5: the two weaker "
         "spikes (pi_eff 0.32, 0.15; the third 1.2 x its critical noise) are never accepted"),
     5: _MEDIAN,
-    7: ("the fresh acceptance admits a pattern one upload supports: the poisoner's own upload "
-        "certifies its fake, which is in memory in every round (K-hat 4 > 3)"),
-    9: _NEAR_COPY_FRESH,
     10: ("privacy + support + poisoner under drift: archetype 0, no longer in the data, "
          "is kept at m = 0.925 (< 0.95)"),
     12: _MEDIAN,
-    13: _NEAR_COPY_FRESH,
 }
 
 
