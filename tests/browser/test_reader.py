@@ -106,7 +106,6 @@ _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "02_dreaming.html": _TABLES,  # 18 result-table cells wrap
-    _CH + "03b_lam_seeding.html": _TABLES,  # 7 result-table cells wrap
     _CH + "03c_identifiability.html": _TABLES,  # 66 result-table cells wrap
     _CH + "04_protocol.html": _TABLES,  # 18 result-table cells wrap
     _CH + "10_errata.html": _TABLES,  # 22 short cells of its prose tables wrap
