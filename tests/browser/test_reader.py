@@ -105,7 +105,6 @@ _EX = "book/experiments/"
 _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
-    _CH + "02_dreaming.html": _TABLES,  # 18 result-table cells wrap
     _CH + "03c_identifiability.html": _TABLES,  # 66 result-table cells wrap
     _CH + "04_protocol.html": _TABLES,  # 18 result-table cells wrap
     _CH + "10_errata.html": _TABLES,  # 22 short cells of its prose tables wrap
