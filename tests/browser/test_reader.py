@@ -105,7 +105,6 @@ _EX = "book/experiments/"
 _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
-    _CH + "03c_identifiability.html": _TABLES,  # 66 result-table cells wrap
     _CH + "11_privacy.html": _TABLES,  # 23 result-table cells + 1 short prose-table cell
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
     _EX + "bbp_panel.html": _TABLES,  # 16 result-table cells wrap
