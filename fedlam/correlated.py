@@ -17,11 +17,14 @@ import numpy as np
 
 from fedlam._validation import check_in_range, check_positive_int
 
-__all__ = ["METHODS", "correlated_family", "FactorizationComparison", "compare_factorizations"]
+__all__ = ["METHODS", "SHORT_NAMES", "correlated_family", "FactorizationComparison", "compare_factorizations"]
 
 #: The four factorizations, in the order of the book's table.
 METHODS: tuple[str, ...] = ("in-span search (default)", "tuned LAM (search='lam')",
                             "paper as published", "spectral only (signs of eigenvectors)")
+#: The methods' short names in the first column of the tables (the full names are in their titles).
+SHORT_NAMES: dict[str, str] = dict(zip(METHODS, ("in-span", "tuned LAM", "paper", "signs"), strict=True))
+_LEGEND = "Methods: " + "; ".join(f"{SHORT_NAMES[m]}: {m}" for m in METHODS) + "."
 
 
 def correlated_family(K: int, N: int, overlap: float, rng: np.random.Generator,
@@ -68,11 +71,18 @@ class FactorizationComparison:
     def recovered_fraction(self, method: str, family_set: str, operator: str) -> float:
         return self.quality[family_set, operator][method][0] / self.n_archetypes[family_set]
 
+    def _columns(self, keys: Any) -> tuple[str, ...]:
+        """Short column names ("correlated, exact"), the family sets in full in the title."""
+        return tuple(f"{fam.split(' ')[0]}, {op}" for fam, op in keys)
+
+    def _sets(self) -> str:
+        return "; ".join(dict.fromkeys(fam for fam, _ in self.quality))
+
     def quality_table(self) -> Any:
         """Archetypes recovered (m >= 0.95), spurious patterns and complete families."""
         from fedlam.experiments._common import Table
 
-        header = ("method",) + tuple(f"{fam}, {op}" for fam, op in self.quality)
+        header = ("method",) + self._columns(self.quality)
         rows = []
         for m in METHODS:
             cells = []
@@ -80,20 +90,23 @@ class FactorizationComparison:
                 if not self.cost[fam, op][m]:
                     cells.append("not run")
                 else:
-                    cells.append(f"{q[m][0]}/{self.n_archetypes[fam]} ({q[m][1]} spur., "
-                                 f"{q[m][2]}/{self.n_families[fam]} complete)")
-            rows.append((m, *cells))
-        return _Titled("Archetypes recovered, spurious patterns, complete families",
-                       Table(rows, header))
+                    cells.append(f"{q[m][0]}/{self.n_archetypes[fam]}, {q[m][1]}, "
+                                 f"{q[m][2]}/{self.n_families[fam]}")
+            rows.append((SHORT_NAMES[m], *cells))
+        return _Titled("Archetypes recovered, spurious patterns, complete families: each cell "
+                       "is recovered archetypes / all, spurious patterns, complete families / all "
+                       f"({self._sets()}; exact operator or noisy Hebbian operator). "
+                       + _LEGEND, Table(rows, header))
 
     def cost_table(self) -> Any:
         """Mean time of each method in units of one ``eigh`` of the same operator."""
         from fedlam.experiments._common import Table
 
-        header = ("method",) + tuple(f"{fam}, {op}" for fam, op in self.cost)
-        rows = [(m, *("not run" if not t[m] else f"{np.mean(t[m]):.1f} x eigh"
-                      for t in self.cost.values())) for m in METHODS]
-        return _Titled("Cost relative to one numpy.linalg.eigh", Table(rows, header))
+        header = ("method",) + self._columns(self.cost)
+        rows = [(SHORT_NAMES[m], *("not run" if not t[m] else f"{np.mean(t[m]):.1f}"
+                                   for t in self.cost.values())) for m in METHODS]
+        return _Titled(f"Cost relative to one numpy.linalg.eigh of the same operator ({self._sets()}). "
+                       + _LEGEND, Table(rows, header))
 
     def __repr__(self) -> str:
         return repr(self.quality_table())

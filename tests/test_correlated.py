@@ -24,6 +24,11 @@ def test_compare_factorizations_small():
     assert res.cost["silhouette subsets, N = 784", "exact"][correlated.METHODS[2]] == []
     text = repr(res.quality_table())
     assert text.startswith("Archetypes recovered") and "not run" in text
+    # short column names and cells (the family sets and methods in full in the title)
+    assert "| method | correlated, exact | correlated, noisy | silhouette, exact | silhouette, noisy |" in text
+    assert "| in-span | " + " | ".join(["3/3, 0, 1/1"] * 4) + " |" in text
+    assert "correlated families, N = 300; silhouette subsets, N = 784" in text
+    assert all(f"{short}: {m}" in text for m, short in correlated.SHORT_NAMES.items())
     assert "<table" in res.cost_table()._repr_html_()
 
 

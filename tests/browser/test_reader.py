@@ -105,14 +105,8 @@ _EX = "book/experiments/"
 _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
-    _CH + "02_dreaming.html": _TABLES,  # 18 result-table cells wrap
-    _CH + "03b_lam_seeding.html": _TABLES,  # 7 result-table cells wrap
-    _CH + "03c_identifiability.html": _TABLES,  # 66 result-table cells wrap
-    _CH + "04_protocol.html": _TABLES,  # 18 result-table cells wrap
-    _CH + "10_errata.html": _TABLES,  # 22 short cells of its prose tables wrap
     _CH + "11_privacy.html": _TABLES,  # 23 result-table cells + 1 short prose-table cell
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
-    _CH + "13_deployment.html": _TABLES,  # 9 result-table cells wrap
     _EX + "bbp_panel.html": _TABLES,  # 16 result-table cells wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
     _EX + "drift.html": _TABLES,  # 25 result-table cells wrap
