@@ -119,7 +119,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _EX + "novelty.html": _TABLES,  # 21 result-table cells wrap
     _EX + "structured.html": _TABLES,  # 33 result-table cells wrap
     _EX + "baselines.html": _TABLES,  # 89 result-table cells wrap
-    _EX + "privacy.html": _TABLES,  # 12 result-table cells wrap
     _EX + "cross_device.html": _TABLES,  # 37 result-table cells + 1 short prose-table cell
 }
 
