@@ -113,7 +113,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "11_privacy.html": _TABLES,  # 23 result-table cells + 1 short prose-table cell
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
     _CH + "13_deployment.html": _TABLES,  # 9 result-table cells wrap
-    _EX + "bbp_panel.html": _TABLES,  # 16 result-table cells wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
     _EX + "drift.html": _TABLES,  # 25 result-table cells wrap
     _EX + "novelty.html": _TABLES,  # 21 result-table cells wrap
