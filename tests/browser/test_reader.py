@@ -114,7 +114,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
     _CH + "13_deployment.html": _TABLES,  # 9 result-table cells wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
-    _EX + "drift.html": _TABLES,  # 25 result-table cells wrap
     _EX + "structured.html": _TABLES,  # 33 result-table cells wrap
     _EX + "baselines.html": _TABLES,  # 89 result-table cells wrap
     _EX + "cross_device.html": _TABLES,  # 37 result-table cells + 1 short prose-table cell
