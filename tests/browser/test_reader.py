@@ -110,7 +110,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "03c_identifiability.html": _TABLES,  # 66 result-table cells wrap
     _CH + "04_protocol.html": _TABLES,  # 18 result-table cells wrap
     _CH + "10_errata.html": _TABLES,  # 22 short cells of its prose tables wrap
-    _CH + "11_privacy.html": _TABLES,  # 23 result-table cells + 1 short prose-table cell
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
     _CH + "13_deployment.html": _TABLES,  # 9 result-table cells wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
