@@ -46,7 +46,6 @@ NOTEBOOKS_BELOW_9PT: dict[str, list[float]] = {
     "book/chapters/12_robustness.ipynb": [8.0],
     "book/experiments/adversarial.ipynb": [8.0, 8.0, 8.0],
     "book/experiments/baselines.ipynb": [8.0, 8.0, 8.0],
-    "book/experiments/cross_device.ipynb": [8.0, 8.0, 8.0],
 }
 
 

@@ -115,7 +115,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
     _EX + "structured.html": _TABLES,  # 33 result-table cells wrap
     _EX + "baselines.html": _TABLES,  # 89 result-table cells wrap
-    _EX + "cross_device.html": _TABLES,  # 37 result-table cells + 1 short prose-table cell
 }
 
 
