@@ -45,7 +45,6 @@ NOTEBOOKS_BELOW_9PT: dict[str, list[float]] = {
     "book/chapters/09_cost.ipynb": [7.5, 7.5, 8.0],
     "book/chapters/12_robustness.ipynb": [8.0],
     "book/experiments/adversarial.ipynb": [8.0, 8.0, 8.0],
-    "book/experiments/baselines.ipynb": [8.0, 8.0, 8.0],
 }
 
 

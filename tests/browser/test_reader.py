@@ -114,7 +114,6 @@ KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "13_deployment.html": _TABLES,  # 9 result-table cells wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
     _EX + "structured.html": _TABLES,  # 33 result-table cells wrap
-    _EX + "baselines.html": _TABLES,  # 89 result-table cells wrap
 }
 
 
