@@ -46,6 +46,13 @@ def test_per_method_tables(res):
     assert b[0] == "| federated | " + " | ".join(["3.3"] * 5) + " |"  # 4 * 40 * 41 / 2 bytes
     side = _rows(EB.side_by_side_table(res))
     assert len(side) == 8 and side[i["local"]].startswith("| local | ")
+    v = res.summary["static"]["local"]
+    assert side[i["local"]].startswith(
+        f"| local | {v['final_mean_magnetization']:.2f}/{v['final_min_archetype_mean']:.2f} |")
+    side_k = _rows(EB.side_by_side_table(res, "k"))
+    assert side_k[i["local"]].startswith(f"| local | {v['final_spurious_mean']:.1f}/{v['final_k_mean']:.1f} |")
+    with pytest.raises(ValueError, match="part must be 'm' or 'k'"):
+        EB.side_by_side_table(res, "x")
     uk = _rows(EB.unknown_k_table(res))
     assert [r.split(" |")[0] for r in uk] == ["| static (K = 3)", "| noise (K = 3)", "| poison (K = 3)"]
     st = _rows(EB.streaming_table(res))

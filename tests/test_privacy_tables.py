@@ -35,7 +35,7 @@ def test_setting_table_lists_the_parameters(small):
 def test_threshold_table_counts_the_grid(small):
     t = X.threshold_table(small)
     md = _md(t)
-    assert md.startswith("**Recovery against the predicted threshold**")
+    assert md.startswith("**Recovery against the predicted threshold eps*: ")
     eps = np.asarray(small.params.epsilons)
     for li, L in enumerate(small.params.Ls):
         thr = small.eps_threshold[li, 0]
@@ -54,7 +54,7 @@ def test_threshold_table_counts_the_grid(small):
 
 def test_attack_table_rows(small):
     md = _md(X.attack_table(small))
-    assert md.startswith("**The attack on one noised upload**")
+    assert md.startswith("**The attack on one noised upload: ")
     drown = small.eps_example[0]
     clean = small.attack_clean[:, 0].mean()
     assert small.summary["attack_M=4"]["smallest_eps_whole_batch_all_seeds"] is None

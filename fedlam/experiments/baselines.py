@@ -914,20 +914,22 @@ def setting_table(params: BaselinesParams) -> Any:
         raise TypeError(f"params must be a BaselinesParams, got {type(params).__name__}")
     p = params
     rows = [
-        ("scenarios", ", ".join(p.scenarios)),
-        ("methods", ", ".join(p.methods)),
-        ("random scenarios: N, rounds T, examples per client and round M", f"{p.N}, {p.T}, {p.M}"),
+        ("scenarios", f"{len(p.scenarios)} (see the title)"),
+        ("methods", f"{len(p.methods)} (see the title)"),
+        ("random scenarios: N, rounds T, batch M", f"{p.N}, {p.T}, {p.M}"),
         ("honest clients L, archetypes K, quality r", f"{p.L}, {p.K}, {p.r}"),
         ("weight rule", controller_label(p.controller)),
         ("supports: archetypes, held per client", f"{p.supports_K}, {p.support_size}"),
         ("silhouettes: r, rounds, example budget", f"{p.structured_r}, {p.structured_T}, {p.structured_M_total}"),
-        ("clustering: k_max, Lloyd rounds per federation round", f"{p.k_max}, {p.fedkmeans_rounds}"),
-        ("attack on a Hebbian upload, starts, bits tolerated",
+        ("clustering: k_max, Lloyd rounds", f"{p.k_max}, {p.fedkmeans_rounds}"),
+        ("attack, starts, bits tolerated",
          f"{p.attack}, {p.attack_starts}, {100 * p.leak_bits:g} %"),
         ("leakage curve: batch sizes M", ", ".join(map(str, p.leak_Ms))),
         ("seeds", f"{p.seeds}"),
     ]
-    return TitledTable("Setting", rows, ("parameter", "value"))
+    return TitledTable(f"Setting. Scenarios: {', '.join(p.scenarios)}. Methods: {', '.join(p.methods)}. "
+                       "Clustering: Lloyd rounds per federation round; attack: on a Hebbian upload",
+                       rows, ("parameter", "value"))
 
 
 def quality_table(res: BaselinesResult, methods: Any = None) -> Any:
@@ -977,21 +979,26 @@ def bytes_table(res: BaselinesResult) -> Any:
     return TitledTable("Upload per client and round (kB)", rows, ("method", *sc))
 
 
-def side_by_side_table(res: BaselinesResult) -> Any:
-    """Final round, mean over seeds: mean magnetization / worst archetype / spurious / k used,
-    per method and scenario."""
+def side_by_side_table(res: BaselinesResult, part: str = "m") -> Any:
+    """Final round, mean over seeds, per method and scenario: ``part="m"`` the mean
+    magnetization / the worst archetype's, ``part="k"`` the spurious patterns / the k used."""
     res = _check_result(res)
+    if part not in ("m", "k"):
+        raise ValueError(f"part must be 'm' or 'k', got {part!r}")
     sc = res.params.scenarios
     rows = []
     for m in res.params.methods:
         cells = []
         for s in sc:
             v = res.summary[s][m]
-            cells.append(f"{v['final_mean_magnetization']:.2f} / {v['final_min_archetype_mean']:.2f} / "
-                         f"{v['final_spurious_mean']:.1f} / {v['final_k_mean']:.1f}")
+            if part == "m":
+                cells.append(f"{v['final_mean_magnetization']:.2f}/{v['final_min_archetype_mean']:.2f}")
+            else:
+                cells.append(f"{v['final_spurious_mean']:.1f}/{v['final_k_mean']:.1f}")
         rows.append((m, *cells))
-    header = ("method", *[f"{s} (K = {res.magnetization[s].shape[3]})" for s in sc])
-    return TitledTable("Final round: m̄ / worst archetype / spurious / k", rows, header)
+    Ks = ", ".join(f"{res.magnetization[s].shape[3]}" for s in sc)
+    what = "m̄/worst archetype's m" if part == "m" else "spurious patterns/k used"
+    return TitledTable(f"Final round (mean over seeds): {what} (K = {Ks})", rows, ("method", *sc))
 
 
 def unknown_k_table(res: BaselinesResult) -> Any:
@@ -1004,11 +1011,12 @@ def unknown_k_table(res: BaselinesResult) -> Any:
     rows = []
     for s in fixed_K:
         true_K = res.magnetization[s].shape[3]
-        cells = [f"{float((res.k_used[s][:, idx[m]] == true_K).mean()):.2f} (final k "
-                 f"{res.k_used[s][:, idx[m], -1].mean():.1f}, "
-                 f"spurious {res.spurious[s][:, idx[m], -1].mean():.1f})" for m in kcols]
+        cells = [f"{float((res.k_used[s][:, idx[m]] == true_K).mean()):.2f} "
+                 f"({res.k_used[s][:, idx[m], -1].mean():.1f}, "
+                 f"{res.spurious[s][:, idx[m], -1].mean():.1f})" for m in kcols]
         rows.append((f"{s} (K = {true_K})", *cells))
-    return TitledTable("Fraction of rounds with k = K (final k, final spurious)", rows, ("scenario", *kcols))
+    return TitledTable("Fraction of rounds with k = K (in parentheses: the final k and the final "
+                       "spurious patterns)", rows, ("scenario", *kcols))
 
 
 def streaming_table(res: BaselinesResult) -> Any:
@@ -1022,9 +1030,9 @@ def streaming_table(res: BaselinesResult) -> Any:
              f"{s['drift'][m]['final_mean_magnetization']:.2f}", f"{s['drift'][m]['time_avg_magnetization']:.2f}",
              f"{s['novelty'][m]['final_mean_magnetization']:.2f}", f"{s['novelty'][m]['time_avg_magnetization']:.2f}")
             for m in ms]
-    return TitledTable("Streaming: drift and novelty (mean over seeds)", rows,
-                       ("method", "drift: final m of archetype 1", "drift: final m̄", "drift: time-avg m̄",
-                        "novelty: final m̄", "novelty: time-avg m̄"))
+    return TitledTable("Streaming, mean over seeds: drift (final m of archetype 1, final m̄, "
+                       "time-averaged m̄) and novelty (final m̄, time-averaged m̄)", rows,
+                       ("method", "drift m1", "drift m̄", "drift avg", "novelty m̄", "novelty avg"))
 
 
 def attacker_table(res: BaselinesResult) -> Any:

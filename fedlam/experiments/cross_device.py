@@ -642,9 +642,11 @@ def split_table(res: CrossDeviceResult) -> TitledTable:
                              " / ".join(" ".join(str(x) for x in s) for s in kh),
                              f"{np.nanmin(res.magnetization[:, ri, ni, li, -1]):.2f}",
                              str(int(res.spurious[:, ri, ni, li].max()))))
-    return TitledTable("K-hat, recovery and spurious patterns per split", rows,
-                       ("K-hat rule", "noise client", "clients x examples",
-                        "K-hat per round (per seed)", f"min m, round {p.T - 1}", "max spurious"))
+    return TitledTable(f"K-hat, recovery and spurious patterns per split: the K-hat rule, with or "
+                       f"without the noise client, L clients x M_c examples, K-hat per round (seeds "
+                       f"separated by /), the smallest m in round {p.T - 1} and the largest number "
+                       f"of spurious patterns", rows,
+                       ("K-hat rule", "noise", "L x M_c", "K-hat", "min m", "spurious"))
 
 
 def hetero_table(res: CrossDeviceResult) -> TitledTable:

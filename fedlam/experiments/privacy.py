@@ -466,9 +466,11 @@ def threshold_table(res: PrivacyResult) -> Any:
                          f"{s['ratio_to_threshold']:.2f}" if first else "-",
                          f"{int(ok[:, hi].all(axis=0).sum())} of {int(hi.sum())}",
                          f"{int(none[:, lo].all(axis=0).sum())} of {int(lo.sum())}"))
-    header = ("case", "predicted eps*", "smallest eps with m >= 0.9 (all seeds)", "ratio",
-              "eps >= 3 eps*: recovered", "eps <= eps*/2: K-hat = 0")
-    return TitledTable("Recovery against the predicted threshold", rows, header)
+    header = ("case", "eps*", "smallest eps", "ratio", "eps >= 3 eps*", "eps <= eps*/2")
+    return TitledTable("Recovery against the predicted threshold eps*: the smallest eps of the grid "
+                       "at which every seed has m >= 0.9, its ratio to eps*, how many budgets "
+                       "eps >= 3 eps* recover, how many eps <= eps*/2 detect nothing (K-hat = 0)",
+                       rows, header)
 
 
 def attack_table(res: PrivacyResult) -> Any:
@@ -485,9 +487,11 @@ def attack_table(res: PrivacyResult) -> Any:
         rows.append((f"{Ma}", f"{res.attack_clean[:, ai].mean():.2f}",
                      f"{first:g}" if first else "never", f"{drown:.3g}",
                      f"{first / drown:.0f}" if first else "-"))
-    header = ("batch M", "recovered without noise", "smallest eps, whole batch (all seeds)",
-              "eps at which the span drowns", "ratio")
-    return TitledTable("The attack on one noised upload", rows, header)
+    header = ("batch M", "no noise", "smallest eps", "eps_ex", "ratio")
+    return TitledTable("The attack on one noised upload: the fraction of the batch recovered "
+                       "without noise, the smallest eps of the grid at which every seed recovers "
+                       "the whole batch, the budget eps_ex at which the span drowns, their ratio",
+                       rows, header)
 
 
 def frontier_table(res: PrivacyResult) -> Any:

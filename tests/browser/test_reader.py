@@ -105,16 +105,9 @@ _EX = "book/experiments/"
 _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
-    _CH + "11_privacy.html": _TABLES,  # 23 result-table cells + 1 short prose-table cell
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
-    _EX + "bbp_panel.html": _TABLES,  # 16 result-table cells wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
-    _EX + "drift.html": _TABLES,  # 25 result-table cells wrap
-    _EX + "novelty.html": _TABLES,  # 21 result-table cells wrap
     _EX + "structured.html": _TABLES,  # 33 result-table cells wrap
-    _EX + "baselines.html": _TABLES,  # 89 result-table cells wrap
-    _EX + "privacy.html": _TABLES,  # 12 result-table cells wrap
-    _EX + "cross_device.html": _TABLES,  # 37 result-table cells + 1 short prose-table cell
 }
 
 
