@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from fedlam import khat
-from fedlam._eig import Spectrum, _eig_top, _ensure_vectors
+from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _top_values_spectrum
 from fedlam._validation import (
     _describe,
     check_count,
@@ -72,6 +72,7 @@ from fedlam._validation import (
     check_positive_int,
     check_real,
 )
+from fedlam.dreaming import ZERO_RTOL as _ZERO_RTOL
 
 __all__ = [
     "DEFENSES",
@@ -88,6 +89,8 @@ __all__ = [
     "entrywise_trimmed_mean",
     "gaussian_efficiency",
     "robust_noise_var",
+    "upload_spike_count",
+    "median_spike_count",
     "krum_scores",
     "krum_select",
     "fresh_operator",
@@ -261,6 +264,10 @@ class RobustAggregate:
         ``lam.factorize(operator, spectrum=...)`` to skip a second eigendecomposition.
     details : dict
         Defence-specific diagnostics (see :func:`aggregate`).
+    max_k : int or None
+        Upper bound on K-hat set by the defence itself (the median / trimmed mean: the median of
+        the uploads' own spike counts, :func:`median_spike_count`); the factorization keeps at
+        most this many spikes (None: no bound).
     """
 
     operator: np.ndarray
@@ -268,6 +275,7 @@ class RobustAggregate:
     noise_var: float
     spectrum: Spectrum | None = None
     details: dict = field(default_factory=dict)
+    max_k: int | None = None
 
     def __repr__(self) -> str:
         keys = ", ".join(sorted(self.details))
@@ -507,6 +515,52 @@ def robust_noise_var(components: Sequence[khat.Component], noise_var: float, eff
         raise ValueError(f"efficiency must be >= 1, got {efficiency!r}")
     v_mp = float(sum(c.scale * c.scale * c.ratio for c in components))
     return float(noise_var + (efficiency - 1.0) * (v_mp + noise_var))
+
+
+def upload_spike_count(upload: Any, N: int, n_sigma: float = 4.0) -> int:
+    """Number of spikes of one upload ``U_c`` above its own noise-aware edge.
+
+    The eigenvalues of the whole upload (fresh evidence and the blended broadcast: a stored
+    pattern counts, as it does in the mean) above :func:`upload_threshold` -- the bulk edge of
+    the upload's fresh part ``w_c B_c`` from its declared scalars, with its privacy noise and
+    ``n_sigma`` Tracy-Widom scales; the broadcast adds no bulk. An upload without fresh
+    evidence (``M_c = 0`` or ``w_c = 0``: the broadcast itself) counts its eigenvalues above
+    rounding (the rank of the broadcast). Top eigenvalues by a block Krylov Rayleigh-Ritz (they
+    lie below the exact ones: the count is never inflated by the solver); the block grows while
+    the count could be limited by it. Cost ``O(N^2 k)``. Derived in {ref}`sec-robust-median`.
+    """
+    U = getattr(upload, "operator", None)
+    if not isinstance(U, np.ndarray) or U.ndim != 2 or U.shape != (N, N):
+        raise TypeError(f"upload must be a fedlam.protocol.Upload with an ({N}, {N}) operator, got {_describe(upload)}")
+    thr = upload_threshold(upload, N, n_sigma)
+    k = min(N, 16)
+    while True:
+        vals = _top_values_spectrum(U, k).values
+        t = thr if math.isfinite(thr) else _ZERO_RTOL * max(float(np.abs(vals).max(initial=0.0)), 1e-300)
+        count = int(np.sum(vals > t))
+        if k == N or count < k - 8:
+            return count
+        k = min(N, 4 * k)
+
+
+def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0) -> tuple[int, np.ndarray]:
+    """The robust spike count of an entrywise median / trimmed mean: the lower median of the
+    uploads' own counts (:func:`upload_spike_count`), and those counts.
+
+    The count of the aggregate's spikes is a statistic of the uploads like any other, and the
+    estimator that makes the operator robust makes the count robust too: with ``L`` uploads of
+    which ``f < L / 2`` are an attacker's, the lower median of the ``L`` counts lies between
+    two honest counts (a minority cannot move it past the honest ones), whereas the median
+    operator's own outliers include a fake's spike (the entrywise median still moves every
+    entry towards it, {ref}`sec-robust-median`) and counted against a Marchenko-Pastur law
+    they include bulk directions (the median's noise is not Marchenko-Pastur, see there).
+    Derived in {ref}`sec-robust-median`.
+    """
+    _, N0 = _check_uploads(uploads)
+    if N0 != N:
+        raise ValueError(f"N must be the uploads' dimension {N0}, got {N!r}")
+    counts = np.array([upload_spike_count(u, N, n_sigma) for u in uploads], dtype=np.int64)
+    return int(np.sort(counts)[(len(counts) - 1) // 2]), counts
 
 
 # ----------------------------------------------------------------------------------------
@@ -996,10 +1050,12 @@ def aggregate(
         comps, v = _robust_components(uploads, N)
         det["derived_components"] = comps
         det["derived_noise_var"] = robust_noise_var(comps, v, e)
-        fit = khat.fit_component(J)
-        det["fit"] = fit
-        cal = [khat.Component(fit.mean, max(fit.q, 1e-12))] if fit.mean > 0 else []
-        return RobustAggregate(J, cal, 0.0, None, det)
+        k_rob, counts = median_spike_count(uploads, N)
+        det["upload_counts"] = counts
+        det["k_hat_robust"] = k_rob
+        v_ex = _median_excess_var(J, comps, k_rob)
+        det["excess_noise_var"] = v_ex
+        return RobustAggregate(J, comps, v_ex, None, det, max_k=k_rob)
     # krum
     f = p["f"]
     m = p["m"] if p["m"] is not None else L - f
@@ -1010,6 +1066,28 @@ def aggregate(
     J = mean_aggregate([ops[i] for i in sel], ws)
     comps, v = khat.components_from_uploads([uploads[i] for i in sel], ws, N)
     return RobustAggregate(J, comps, v, None, {"defense": "krum", "scores": sc, "selected": sel})
+
+
+def _median_excess_var(J: np.ndarray, comps: Sequence[khat.Component], k: int) -> float:
+    """Semicircle variance of an entrywise median / trimmed mean fitted to its bulk's spread.
+
+    The estimator is its linear part -- the mean of the honest uploads, whose bulk is the
+    Marchenko-Pastur law of ``comps`` -- plus a nonlinear residual with (nearly) independent
+    entries, a semicircle ({ref}`sec-robust-median`). The residual's variance is not the Gaussian
+    ``(e_L - 1)`` share of the mean's bulk (:func:`robust_noise_var`): the entries of an upload
+    also carry the cross terms ``r xi_i z_j`` and the spike of its own class counts, low-rank in
+    the mean but not in the median (and a privacy noise enters it the same way). So it is
+    measured: the eigenvalue variance of ``J`` without its ``k`` spikes (exact trace and Frobenius
+    norm minus the top ``k`` eigenvalues) minus the Marchenko-Pastur part's ``sum_c a_c^2 q_c``.
+    """
+    N = J.shape[0]
+    top = _top_values_spectrum(J, min(N, max(16, k + 8))).values[:k] if k else np.empty(0)
+    tr = float(np.trace(J)) - float(top.sum())
+    ss = float(np.einsum("ij,ij->", J, J)) - float(top @ top)
+    n_b = N - k
+    var = ss / n_b - (tr / n_b) ** 2
+    v_mp = float(sum(c.scale * c.scale * c.ratio for c in comps))
+    return max(0.0, var - v_mp)
 
 
 def _robust_components(uploads: Sequence[Any], N: int) -> tuple[list, float]:
