@@ -21,14 +21,21 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     current memory are kept (they passed when they entered). Derived in
     {ref}`sec-robust-support`. :func:`support_filter` is the same test for individual patterns.
 ``"median"`` / ``"trimmed"``
-    Entrywise median / trimmed mean of the uploads (Yin et al. 2018). Their noise bulk is the
-    mean's Marchenko-Pastur bulk plus an independent semicircle (for Gaussian entries the
-    difference ``median - mean`` is independent of the mean, Basu's theorem) of variance
-    ``(e_L - 1)`` times the mean's, ``e_L`` the relative variance of the estimator
-    (:func:`gaussian_efficiency`); the K-hat edge follows it. They bound each entry's
-    deviation, but a bounded shift of every entry in the direction of ``xi_f xi_f^T`` adds up
-    to a rank-one spike of strength ``c / sqrt(M)`` (J units), about ``sqrt(N)`` times above
-    their noise edge: they do not keep a fake out at any practical N.
+    Entrywise median / trimmed mean of the uploads (Yin et al. 2018). The estimator is not
+    linear, and its operator has outliers no upload has: ``E[median | x]`` of an entry is an odd
+    symmetric function of ``x_k = xi^k_i xi^k_j``, whose cubic part ``x_1 x_2 x_3`` is a
+    rank-one spike along the product ``xi^1 * xi^2 * xi^3`` of three archetypes. Its K-hat is
+    therefore the *lower median of the uploads' own spike counts*
+    (:func:`median_spike_count`, each upload against its own noise-aware edge), capped by the
+    median operator's outliers: a minority of attackers cannot move it, and the LAM takes the
+    operator's top K-hat directions. The bulk given to the factorization is the honest mean's
+    Marchenko-Pastur law plus a semicircle whose variance is the measured excess spread of the
+    operator's bulk (the Gaussian ``(e_L - 1)`` share of :func:`robust_noise_var` misses the
+    cross terms ``r xi_i z_j`` of the +-1 entries, a factor about ``(1 + r^2)/(1 - r^2)``).
+    They bound each entry's deviation, but a bounded shift of every entry in the direction of
+    ``xi_f xi_f^T`` adds up to a rank-one spike of strength ``c / sqrt(M)`` (J units), about
+    ``sqrt(N)`` times above their noise edge: a fake is an outlier of the median operator; the
+    robust count keeps it out only while it lies below the archetypes that the majority holds.
     Derived in {ref}`sec-robust-median`.
 ``"krum"``
     (Multi-)Krum (Blanchard et al. 2017): the ``m`` uploads with the smallest sum of squared
@@ -1004,7 +1011,10 @@ def aggregate(
           ``thresholds``, ``direction_votes`` (votes of the candidate directions examined),
           ``memory_dims``;
         - ``"median"``/``"trimmed"``: ``efficiency`` (``e_L``), ``trimmed`` (uploads cut per
-          side);
+          side), ``upload_counts`` (each upload's spikes, :func:`upload_spike_count`),
+          ``k_hat_robust`` (their lower median, also ``max_k``), ``excess_noise_var`` (the
+          semicircle variance of the bulk), ``derived_components``/``derived_noise_var`` (the
+          Gaussian model of :func:`robust_noise_var`, for comparison);
         - ``"krum"``: ``scores``, ``selected``.
 
     Notes
@@ -1016,7 +1026,8 @@ def aggregate(
     smallest computed eigenvalue), so that the LAM cannot reach them; ``spectrum`` is the
     matching partial spectrum. Cost on top of the mean: ``L + 1`` products ``(N, N) x (N,
     K_hat)`` and ``K_hat x K_hat`` eigenproblems (the partial spectrum replaces the factorization's
-    own when the spectrum is passed on).
+    own when the spectrum is passed on). ``"median"``/``"trimmed"`` count each upload's spikes
+    (``L`` top-eigenvalue solves, ``O(L N^2 k)``) and set ``max_k`` to their lower median.
     Derived in {ref}`sec-robust-support`, {ref}`sec-robust-median` and {ref}`sec-robust-krum`.
     """
     ops, N = _check_uploads(uploads)
