@@ -1118,6 +1118,7 @@ def factorize(
     component_weights: np.ndarray | None = None,
     noise_sigma: float = 0.0,
     start: np.ndarray | None = None,
+    max_k: int | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
     """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> search -> accept.
@@ -1155,6 +1156,10 @@ def factorize(
         ``FactorizeResult.vectors``) that warm-start the block eigensolver of the partial
         spectrum (N >= 500). It changes the cost, not the result beyond the solver's
         tolerance (derived in {ref}`sec-cost-block`).
+    max_k : int or None
+        Upper bound on K-hat from outside the spectrum, e.g. the robust count of a median
+        aggregate (:attr:`fedlam.robust.RobustAggregate.max_k`, derived in
+        {ref}`sec-robust-median`); None: no bound.
 
     Returns
     -------
@@ -1189,7 +1194,8 @@ def factorize(
     """
     check_operator(J, "J")
     return _factorize(J, rng, params=params, spectrum=spectrum, components=components,
-                      component_weights=component_weights, noise_sigma=noise_sigma, start=start, **overrides)
+                      component_weights=component_weights, noise_sigma=noise_sigma, start=start, max_k=max_k,
+                      **overrides)
 
 
 def _factorize(
