@@ -524,33 +524,70 @@ def robust_noise_var(components: Sequence[khat.Component], noise_var: float, eff
     return float(noise_var + (efficiency - 1.0) * (v_mp + noise_var))
 
 
-def upload_spike_count(upload: Any, N: int, n_sigma: float = 4.0) -> int:
-    """Number of spikes of one upload ``U_c`` above its own noise-aware edge.
+def _memory_span(broadcast: np.ndarray | None, N: int) -> np.ndarray:
+    """(N, k_m) orthonormal basis of the stored patterns' span: the range of the broadcast
+    ``xi^T xi / N`` (exactly low rank; eigenvalues above rounding)."""
+    if broadcast is None:
+        return np.zeros((N, 0))
+    k = min(N, 16)
+    while True:
+        spec = _eig_top(broadcast, k, "server")
+        tol = _ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
+        r = int(np.sum(spec.values > tol))
+        if r < k or k == N:
+            return np.ascontiguousarray(_ensure_vectors(broadcast, spec, r).vectors[:, :r])
+        k = min(N, 4 * k)
 
-    The eigenvalues of the whole upload (fresh evidence and the blended broadcast: a stored
-    pattern counts, as it does in the mean) above :func:`upload_threshold` -- the bulk edge of
-    the upload's fresh part ``w_c B_c`` from its declared scalars, with its privacy noise and
-    ``n_sigma`` Tracy-Widom scales; the broadcast adds no bulk. An upload without fresh
-    evidence (``M_c = 0`` or ``w_c = 0``: the broadcast itself) counts its eigenvalues above
-    rounding (the rank of the broadcast). Top eigenvalues by a block Krylov Rayleigh-Ritz (they
-    lie below the exact ones: the count is never inflated by the solver); the block grows while
-    the count could be limited by it. Cost ``O(N^2 k)``. Derived in {ref}`sec-robust-median`.
+
+def upload_spike_count(upload: Any, N: int, n_sigma: float = 4.0, *, broadcast: np.ndarray | None = None,
+                       memory: np.ndarray | None = None) -> int:
+    """Number of directions one upload holds: the stored patterns plus its fresh spikes outside them.
+
+    The upload's fresh evidence ``F_c = U_c - (1 - w_c) A`` (:func:`fresh_operator`) has the
+    bulk of its declared scalars; its eigenvalues above :func:`upload_threshold` (the
+    noise-aware edge with ``n_sigma`` Tracy-Widom scales, privacy noise included) are its
+    spikes. The count is ``k_m`` (the stored directions the upload holds: the rank of the
+    broadcast ``A`` when it blended ``A`` in, ``w_c < 1``; none for an upload that ignores it,
+    e.g. a rank-one poisoner, whose fake would otherwise count twice, once through its small
+    overlap with the memory) plus the number of fresh spike directions whose larger part lies
+    outside the memory's span (singular values of ``(I - P_m) V_f`` above ``1/sqrt 2``).
+    Counting the whole upload ``U_c`` instead would count
+    the difference between a stored pattern and its archetype's fresh spike (eigenvalue about
+    ``(1 - w) w r^2 pi (1 - m^2)``, far above the edge at ``m = 0.95``) as a direction of its
+    own, and feed it back through the broadcast. A stored pattern is kept (retention: a client
+    need not see it again in its data), a fresh spike that is already stored counts once. An
+    upload without fresh evidence (``M_c = 0`` or ``w_c = 0``) counts its memory directions
+    only. Derived in {ref}`sec-robust-median`.
     """
     U = getattr(upload, "operator", None)
     if not isinstance(U, np.ndarray) or U.ndim != 2 or U.shape != (N, N):
         raise TypeError(f"upload must be a fedlam.protocol.Upload with an ({N}, {N}) operator, got {_describe(upload)}")
+    broadcast = _check_broadcast(broadcast, N)
+    Qm = _memory_span(broadcast, N) if memory is None else memory
     thr = upload_threshold(upload, N, n_sigma)
+    # the stored directions this upload holds: all of them when it blended the broadcast in
+    k_m = int(Qm.shape[1]) if _fresh_weight(upload) < 1.0 else 0
+    if not math.isfinite(thr):
+        return k_m
+    F = fresh_operator(upload, broadcast)
     k = min(N, 16)
     while True:
-        vals = _top_values_spectrum(U, k).values
-        t = thr if math.isfinite(thr) else _ZERO_RTOL * max(float(np.abs(vals).max(initial=0.0)), 1e-300)
-        count = int(np.sum(vals > t))
+        spec = _eig_top(F, k, "server")
+        count = int(np.sum(spec.values > thr))
         if k == N or count < k - 8:
-            return count
+            break
         k = min(N, 4 * k)
+    if count == 0:
+        return k_m
+    V = _ensure_vectors(F, spec, count).vectors[:, :count]
+    if k_m:
+        V = V - Qm @ (Qm.T @ V)
+    sv = np.linalg.svd(V, compute_uv=False)
+    return k_m + int(np.sum(sv * sv > 0.5))
 
 
-def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0) -> tuple[int, np.ndarray]:
+def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0, *,
+                       broadcast: np.ndarray | None = None) -> tuple[int, np.ndarray]:
     """The robust spike count of an entrywise median / trimmed mean: the lower median of the
     uploads' own counts (:func:`upload_spike_count`), and those counts.
 
@@ -559,14 +596,16 @@ def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0) -> 
     which ``f < L / 2`` are an attacker's, the lower median of the ``L`` counts lies between
     two honest counts (a minority cannot move it past the honest ones), whereas the median
     operator's own outliers include a fake's spike (the entrywise median still moves every
-    entry towards it, {ref}`sec-robust-median`) and counted against a Marchenko-Pastur law
-    they include bulk directions (the median's noise is not Marchenko-Pastur, see there).
-    Derived in {ref}`sec-robust-median`.
+    entry towards it, {ref}`sec-robust-median`) and spikes no upload has (odd products of the
+    archetypes). Derived in {ref}`sec-robust-median`.
     """
     _, N0 = _check_uploads(uploads)
     if N0 != N:
         raise ValueError(f"N must be the uploads' dimension {N0}, got {N!r}")
-    counts = np.array([upload_spike_count(u, N, n_sigma) for u in uploads], dtype=np.int64)
+    broadcast = _check_broadcast(broadcast, N)
+    Qm = _memory_span(broadcast, N)
+    counts = np.array([upload_spike_count(u, N, n_sigma, broadcast=broadcast, memory=Qm) for u in uploads],
+                      dtype=np.int64)
     return int(np.sort(counts)[(len(counts) - 1) // 2]), counts
 
 
@@ -996,7 +1035,8 @@ def aggregate(
         Defence parameters (:func:`check_defense`).
     broadcast : numpy.ndarray or None
         The server's last broadcast (``"support"`` removes it from the uploads to get the
-        clients' fresh evidence; None in round 0).
+        clients' fresh evidence, ``"median"``/``"trimmed"`` count the fresh spikes outside
+        the stored patterns' span; None in round 0).
     start : numpy.ndarray or None
         (N, j) approximate leading eigenvectors of the mean (the previous round's detected
         ones) that warm-start the block eigensolver of ``"support"``; ignored otherwise.
@@ -1061,7 +1101,7 @@ def aggregate(
         comps, v = _robust_components(uploads, N)
         det["derived_components"] = comps
         det["derived_noise_var"] = robust_noise_var(comps, v, e)
-        k_rob, counts = median_spike_count(uploads, N)
+        k_rob, counts = median_spike_count(uploads, N, broadcast=broadcast)
         det["upload_counts"] = counts
         det["k_hat_robust"] = k_rob
         v_ex = _median_excess_var(J, comps, k_rob)

@@ -218,6 +218,28 @@ def test_median_triple_product_is_an_outlier_of_the_operator():
     assert ra.max_k == 3 and ra.details["upload_counts"].tolist() == [3, 3, 3]
 
 
+def test_upload_count_does_not_count_a_stored_copy_twice():
+    """A stored pattern at m = 0.95 with its archetype: the blended upload w B + (1 - w) A has the
+    difference of the two as an extra outlier (about (1 - w) w r^2 pi (1 - m^2), far above the
+    edge), which the whole-upload count takes for a direction of its own. The count of the stored
+    patterns plus the fresh spikes outside their span is 3; a new archetype adds one."""
+    N, M, r = 160, 200, 0.85
+    xi = data.random_archetypes(4, N, 7)
+    stored = xi[:3].copy()
+    stored[0, :4] *= -1                                     # m = 1 - 2 * 4 / 160 = 0.95
+    A = operators.pattern_operator(stored)
+    ups = honest_uploads(xi[:3], M, r, 3, 2, weight=0.5, broadcast=A)
+    whole = [int(np.sum(np.linalg.eigvalsh(u.operator) > robust.upload_threshold(u, N))) for u in ups]
+    assert min(whole) >= 4, whole
+    k, counts = robust.median_spike_count(ups, N, broadcast=A)
+    assert k == 3 and counts.tolist() == [3, 3, 3]
+    # a new archetype in the fresh data is counted on top of the memory
+    ups4 = honest_uploads(xi, M, r, 3, 3, weight=0.5, broadcast=A)
+    assert robust.median_spike_count(ups4, N, broadcast=A)[0] == 4
+    # without fresh evidence (w = 0) an upload holds the memory only
+    assert robust.upload_spike_count(Upload(A.copy(), M, 0.0, 1 - r * r), N, broadcast=A) == 3
+
+
 @pytest.mark.parametrize("defense", ["median", "trimmed"])
 def test_median_count_ignores_a_minority_poisoner(defense):
     """Three honest uploads and a rank-one fake: the median still moves every entry towards the
