@@ -177,8 +177,6 @@ _MEDIAN = ("the median defence's K-hat (an MP fitted to the median's own moments
 _NEAR_COPY_FRESH = ("the fresh acceptance keeps the near-copy (m = 0.95) in place of its archetype; "
                     "the near-copy fix of issue 18 item 3 covers the support defence only")
 KNOWN_FAILURES: dict[int, str] = {
-    2: _MEDIAN,
-    3: _MEDIAN,
     4: ("silhouettes under privacy with a noise client and constant weight 0.5: the two weaker "
         "spikes (pi_eff 0.32, 0.15; the third 1.2 x its critical noise) are never accepted"),
     5: _MEDIAN,
@@ -187,7 +185,6 @@ KNOWN_FAILURES: dict[int, str] = {
     9: _NEAR_COPY_FRESH,
     10: ("privacy + support + poisoner under drift: archetype 0, no longer in the data, "
          "is kept at m = 0.925 (< 0.95)"),
-    12: _MEDIAN,
     13: _NEAR_COPY_FRESH,
 }
 
