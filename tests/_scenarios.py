@@ -171,9 +171,11 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
 
 
 # Rows that break an invariant today, with what was measured (issue 18 stays open on them).
-_MEDIAN = ("the median defence's K-hat (an MP fitted to the median's own moments) counts a bulk "
-           "direction as a spike: already in round 0 with 3 or 6 honest clients (N = 160, M = 200) "
-           "K-hat = 4 with one spurious pattern; blended or few uploads make it worse (K-hat 25-40)")
+_MEDIAN = ("silhouettes under drift with half the clients asked (2-3 uploads): from round 14 every "
+           "upload's fresh part has a spike mostly outside the span of the three stored patterns "
+           "(not yet traced; correlated silhouettes?), the median's robust count is 4 and a "
+           "spurious pattern stays in memory (K-hat 4 > 3); the count of the typical upload is not "
+           "yet a count of the directions a majority holds")
 _NEAR_COPY_FRESH = ("the fresh acceptance keeps the near-copy (m = 0.95) in place of its archetype; "
                     "the near-copy fix of issue 18 item 3 covers the support defence only")
 KNOWN_FAILURES: dict[int, str] = {
