@@ -1158,7 +1158,7 @@ def factorize(
         tolerance (derived in {ref}`sec-cost-block`).
     max_k : int or None
         Upper bound on K-hat from outside the spectrum, e.g. the robust count of a median
-        aggregate (:attr:`fedlam.robust.RobustAggregate.max_k`, derived in
+        aggregate (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`, derived in
         {ref}`sec-robust-median`); None: no bound.
 
     Returns
@@ -1214,7 +1214,7 @@ def _factorize(
     """:func:`factorize` of an operator its caller has validated (the server's entry point).
 
     ``max_k`` (server defences only): an upper bound on K-hat the defence derived on its own
-    (:attr:`fedlam.robust.RobustAggregate.max_k`); the count against the bulk is capped by it.
+    (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`); the count against the bulk is capped by it.
     """
     if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2
                               or start.shape[0] != J.shape[0] or not np.issubdtype(start.dtype, np.floating)):
