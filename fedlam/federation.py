@@ -640,6 +640,8 @@ class Server:
             params["components"] = ra.components or [khat.Component(0.0, 1.0)]
             params["noise_sigma"] = math.sqrt(ra.noise_var / ra.operator.shape[0])
         params["start"] = start
+        if ra.max_k is not None:
+            params["max_k"] = ra.max_k
         result = lam._factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)
         patterns = np.asarray(result.patterns, dtype=np.int8)
         return RoundResult(ra.operator, result, patterns, self.broadcast(patterns), weights)

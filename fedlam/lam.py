@@ -1118,6 +1118,7 @@ def factorize(
     component_weights: np.ndarray | None = None,
     noise_sigma: float = 0.0,
     start: np.ndarray | None = None,
+    max_k: int | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
     """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> search -> accept.
@@ -1155,6 +1156,10 @@ def factorize(
         ``FactorizeResult.vectors``) that warm-start the block eigensolver of the partial
         spectrum (N >= 500). It changes the cost, not the result beyond the solver's
         tolerance (derived in {ref}`sec-cost-block`).
+    max_k : int or None
+        Upper bound on K-hat from outside the spectrum, e.g. the robust count of a median
+        aggregate (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`, derived in
+        {ref}`sec-robust-median`); None: no bound.
 
     Returns
     -------
@@ -1189,7 +1194,8 @@ def factorize(
     """
     check_operator(J, "J")
     return _factorize(J, rng, params=params, spectrum=spectrum, components=components,
-                      component_weights=component_weights, noise_sigma=noise_sigma, start=start, **overrides)
+                      component_weights=component_weights, noise_sigma=noise_sigma, start=start, max_k=max_k,
+                      **overrides)
 
 
 def _factorize(
@@ -1202,9 +1208,14 @@ def _factorize(
     component_weights: np.ndarray | None = None,
     noise_sigma: float = 0.0,
     start: np.ndarray | None = None,
+    max_k: int | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
-    """:func:`factorize` of an operator its caller has validated (the server's entry point)."""
+    """:func:`factorize` of an operator its caller has validated (the server's entry point).
+
+    ``max_k`` (server defences only): an upper bound on K-hat the defence derived on its own
+    (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`); the count against the bulk is capped by it.
+    """
     if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2
                               or start.shape[0] != J.shape[0] or not np.issubdtype(start.dtype, np.floating)):
         raise ValueError(f"start must be a float (N, j) array with N = {J.shape[0]}, got "
@@ -1218,6 +1229,10 @@ def _factorize(
     if not np.isfinite(noise_sigma):
         raise ValueError(f"noise_sigma must be finite, got {noise_sigma!r}")
     kw = _k_kwargs(p, components, component_weights, N * noise_sigma**2)
+    if max_k is not None:
+        max_k = check_nonneg_int(max_k, "max_k")
+        if max_k >= 1 and p.k_method == "free":
+            kw["max_k"] = min(max_k, max(1, N // 2))  # the spectrum is then not grown past it
     if spectrum is not None:
         if not isinstance(spectrum, _sp.Spectrum):
             raise TypeError(f"spectrum must be a Spectrum or None, got {type(spectrum).__name__}")
@@ -1234,6 +1249,8 @@ def _factorize(
     else:
         spec, kres = _server_spectrum(J, p, gen, kw, start)
     k_hat = int(min(kres.k_hat, len(spec)))
+    if max_k is not None and k_hat > max_k:
+        k_hat = max_k
     dreamed = _sp.dream_eigenvalues(spec.values, p.dream_time)
     V = spec.vectors[:, :k_hat]
     if k_hat == 0:

@@ -21,14 +21,21 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     current memory are kept (they passed when they entered). Derived in
     {ref}`sec-robust-support`. :func:`support_filter` is the same test for individual patterns.
 ``"median"`` / ``"trimmed"``
-    Entrywise median / trimmed mean of the uploads (Yin et al. 2018). Their noise bulk is the
-    mean's Marchenko-Pastur bulk plus an independent semicircle (for Gaussian entries the
-    difference ``median - mean`` is independent of the mean, Basu's theorem) of variance
-    ``(e_L - 1)`` times the mean's, ``e_L`` the relative variance of the estimator
-    (:func:`gaussian_efficiency`); the K-hat edge follows it. They bound each entry's
-    deviation, but a bounded shift of every entry in the direction of ``xi_f xi_f^T`` adds up
-    to a rank-one spike of strength ``c / sqrt(M)`` (J units), about ``sqrt(N)`` times above
-    their noise edge: they do not keep a fake out at any practical N.
+    Entrywise median / trimmed mean of the uploads (Yin et al. 2018). The estimator is not
+    linear, and its operator has outliers no upload has: ``E[median | x]`` of an entry is an odd
+    symmetric function of ``x_k = xi^k_i xi^k_j``, whose cubic part ``x_1 x_2 x_3`` is a
+    rank-one spike along the product ``xi^1 * xi^2 * xi^3`` of three archetypes. Its K-hat is
+    therefore the *lower median of the uploads' own spike counts*
+    (:func:`median_spike_count`, each upload against its own noise-aware edge), capped by the
+    median operator's outliers: a minority of attackers cannot move it, and the LAM takes the
+    operator's top K-hat directions. The bulk given to the factorization is the honest mean's
+    Marchenko-Pastur law plus a semicircle whose variance is the measured excess spread of the
+    operator's bulk (the Gaussian ``(e_L - 1)`` share of :func:`robust_noise_var` misses the
+    cross terms ``r xi_i z_j`` of the +-1 entries, a factor about ``(1 + r^2)/(1 - r^2)``).
+    They bound each entry's deviation, but a bounded shift of every entry in the direction of
+    ``xi_f xi_f^T`` adds up to a rank-one spike of strength ``c / sqrt(M)`` (J units), about
+    ``sqrt(N)`` times above their noise edge: a fake is an outlier of the median operator; the
+    robust count keeps it out only while it lies below the archetypes that the majority holds.
     Derived in {ref}`sec-robust-median`.
 ``"krum"``
     (Multi-)Krum (Blanchard et al. 2017): the ``m`` uploads with the smallest sum of squared
@@ -61,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from fedlam import khat
-from fedlam._eig import Spectrum, _eig_top, _ensure_vectors
+from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _top_values_spectrum
 from fedlam._validation import (
     _describe,
     check_count,
@@ -88,6 +95,8 @@ __all__ = [
     "entrywise_trimmed_mean",
     "gaussian_efficiency",
     "robust_noise_var",
+    "upload_spike_count",
+    "median_spike_count",
     "krum_scores",
     "krum_select",
     "fresh_operator",
@@ -265,6 +274,10 @@ class RobustAggregate:
         ``lam.factorize(operator, spectrum=...)`` to skip a second eigendecomposition.
     details : dict
         Defence-specific diagnostics (see :func:`aggregate`).
+    max_k : int or None
+        Upper bound on K-hat set by the defence itself (the median / trimmed mean: the median of
+        the uploads' own spike counts, :func:`median_spike_count`); the factorization keeps at
+        most this many spikes (None: no bound).
     """
 
     operator: np.ndarray
@@ -272,6 +285,7 @@ class RobustAggregate:
     noise_var: float
     spectrum: Spectrum | None = None
     details: dict = field(default_factory=dict)
+    max_k: int | None = None
 
     def __repr__(self) -> str:
         keys = ", ".join(sorted(self.details))
@@ -511,6 +525,82 @@ def robust_noise_var(components: Sequence[khat.Component], noise_var: float, eff
         raise ValueError(f"efficiency must be >= 1, got {efficiency!r}")
     v_mp = float(sum(c.scale * c.scale * c.ratio for c in components))
     return float(noise_var + (efficiency - 1.0) * (v_mp + noise_var))
+
+
+def _memory_span(broadcast: np.ndarray | None, N: int) -> np.ndarray:
+    """:func:`memory_span` with an (N, 0) basis for ``broadcast=None`` (nothing stored)."""
+    span = memory_span(broadcast)
+    return np.zeros((N, 0)) if span is None else span
+
+
+def upload_spike_count(upload: Any, N: int, n_sigma: float = 4.0, *, broadcast: np.ndarray | None = None,
+                       memory: np.ndarray | None = None) -> int:
+    """Number of directions one upload holds: the stored patterns plus its fresh spikes outside them.
+
+    The upload's fresh evidence ``F_c = U_c - (1 - w_c) A`` (:func:`fresh_operator`) has the
+    bulk of its declared scalars; its eigenvalues above :func:`upload_threshold` (the
+    noise-aware edge with ``n_sigma`` Tracy-Widom scales, privacy noise included) are its
+    spikes. The count is ``k_m`` (the stored directions the upload holds: the rank of the
+    broadcast ``A`` when it blended ``A`` in, ``w_c < 1``; none for an upload that ignores it,
+    e.g. a rank-one poisoner, whose fake would otherwise count twice, once through its small
+    overlap with the memory) plus the number of fresh spike directions whose larger part lies
+    outside the memory's span (singular values of ``(I - P_m) V_f`` above ``1/sqrt 2``).
+    Counting the whole upload ``U_c`` instead would count
+    the difference between a stored pattern and its archetype's fresh spike (eigenvalue about
+    ``(1 - w) w r^2 pi (1 - m^2)``, far above the edge at ``m = 0.95``) as a direction of its
+    own, and feed it back through the broadcast. A stored pattern is kept (retention: a client
+    need not see it again in its data), a fresh spike that is already stored counts once. An
+    upload without fresh evidence (``M_c = 0`` or ``w_c = 0``) counts its memory directions
+    only. Derived in {ref}`sec-robust-median`.
+    """
+    U = getattr(upload, "operator", None)
+    if not isinstance(U, np.ndarray) or U.ndim != 2 or U.shape != (N, N):
+        raise TypeError(f"upload must be a fedlam.protocol.Upload with an ({N}, {N}) operator, got {_describe(upload)}")
+    broadcast = _check_broadcast(broadcast, N)
+    Qm = _memory_span(broadcast, N) if memory is None else memory
+    thr = upload_threshold(upload, N, n_sigma)
+    # the stored directions this upload holds: all of them when it blended the broadcast in
+    k_m = int(Qm.shape[1]) if _fresh_weight(upload) < 1.0 else 0
+    if not math.isfinite(thr):
+        return k_m
+    F = fresh_operator(upload, broadcast)
+    k = min(N, 16)
+    while True:
+        spec = _eig_top(F, k, "server")
+        count = int(np.sum(spec.values > thr))
+        if k == N or count < k - 8:
+            break
+        k = min(N, 4 * k)
+    if count == 0:
+        return k_m
+    V = _ensure_vectors(F, spec, count).vectors[:, :count]
+    if k_m:
+        V = V - Qm @ (Qm.T @ V)
+    sv = np.linalg.svd(V, compute_uv=False)
+    return k_m + int(np.sum(sv * sv > 0.5))
+
+
+def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0, *,
+                       broadcast: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """The robust spike count of an entrywise median / trimmed mean: the lower median of the
+    uploads' own counts (:func:`upload_spike_count`), and those counts.
+
+    The count of the aggregate's spikes is a statistic of the uploads like any other, and the
+    estimator that makes the operator robust makes the count robust too: with ``L`` uploads of
+    which ``f < L / 2`` are an attacker's, the lower median of the ``L`` counts lies between
+    two honest counts (a minority cannot move it past the honest ones), whereas the median
+    operator's own outliers include a fake's spike (the entrywise median still moves every
+    entry towards it, {ref}`sec-robust-median`) and spikes no upload has (odd products of the
+    archetypes). Derived in {ref}`sec-robust-median`.
+    """
+    _, N0 = _check_uploads(uploads)
+    if N0 != N:
+        raise ValueError(f"N must be the uploads' dimension {N0}, got {N!r}")
+    broadcast = _check_broadcast(broadcast, N)
+    Qm = _memory_span(broadcast, N)
+    counts = np.array([upload_spike_count(u, N, n_sigma, broadcast=broadcast, memory=Qm) for u in uploads],
+                      dtype=np.int64)
+    return int(np.sort(counts)[(len(counts) - 1) // 2]), counts
 
 
 # ----------------------------------------------------------------------------------------
@@ -1000,7 +1090,8 @@ def aggregate(
         Defence parameters (:func:`check_defense`).
     broadcast : numpy.ndarray or None
         The server's last broadcast (``"support"`` removes it from the uploads to get the
-        clients' fresh evidence; None in round 0).
+        clients' fresh evidence, ``"median"``/``"trimmed"`` count the fresh spikes outside
+        the stored patterns' span; None in round 0).
     start : numpy.ndarray or None
         (N, j) approximate leading eigenvectors of the mean (the previous round's detected
         ones) that warm-start the block eigensolver of ``"support"``; ignored otherwise.
@@ -1015,7 +1106,10 @@ def aggregate(
           ``thresholds``, ``direction_votes`` (votes of the candidate directions examined),
           ``memory_dims``;
         - ``"median"``/``"trimmed"``: ``efficiency`` (``e_L``), ``trimmed`` (uploads cut per
-          side);
+          side), ``upload_counts`` (each upload's spikes, :func:`upload_spike_count`),
+          ``k_hat_robust`` (their lower median, also ``max_k``), ``excess_noise_var`` (the
+          semicircle variance of the bulk), ``derived_components``/``derived_noise_var`` (the
+          Gaussian model of :func:`robust_noise_var`, for comparison);
         - ``"krum"``: ``scores``, ``selected``.
 
     Notes
@@ -1027,7 +1121,8 @@ def aggregate(
     smallest computed eigenvalue), so that the LAM cannot reach them; ``spectrum`` is the
     matching partial spectrum. Cost on top of the mean: ``L + 1`` products ``(N, N) x (N,
     K_hat)`` and ``K_hat x K_hat`` eigenproblems (the partial spectrum replaces the factorization's
-    own when the spectrum is passed on).
+    own when the spectrum is passed on). ``"median"``/``"trimmed"`` count each upload's spikes
+    (``L`` top-eigenvalue solves, ``O(L N^2 k)``) and set ``max_k`` to their lower median.
     Derived in {ref}`sec-robust-support`, {ref}`sec-robust-median` and {ref}`sec-robust-krum`.
     """
     ops, N = _check_uploads(uploads)
@@ -1061,10 +1156,12 @@ def aggregate(
         comps, v = _robust_components(uploads, N)
         det["derived_components"] = comps
         det["derived_noise_var"] = robust_noise_var(comps, v, e)
-        fit = khat.fit_component(J)
-        det["fit"] = fit
-        cal = [khat.Component(fit.mean, max(fit.q, 1e-12))] if fit.mean > 0 else []
-        return RobustAggregate(J, cal, 0.0, None, det)
+        k_rob, counts = median_spike_count(uploads, N, broadcast=broadcast)
+        det["upload_counts"] = counts
+        det["k_hat_robust"] = k_rob
+        v_ex = _median_excess_var(J, comps, k_rob)
+        det["excess_noise_var"] = v_ex
+        return RobustAggregate(J, comps, v_ex, None, det, max_k=k_rob)
     # krum
     f = p["f"]
     m = p["m"] if p["m"] is not None else L - f
@@ -1179,6 +1276,28 @@ def fresh_aggregate(
     J2, spec, det = _support_clean(J, uploads, ops, comps, v, broadcast, N, p, start, memory_span(broadcast))
     det.update(defense=None, acceptance="fresh", s=s)
     return RobustAggregate(J2, comps, v, spec, det)
+
+
+def _median_excess_var(J: np.ndarray, comps: Sequence[khat.Component], k: int) -> float:
+    """Semicircle variance of an entrywise median / trimmed mean fitted to its bulk's spread.
+
+    The estimator is its linear part -- the mean of the honest uploads, whose bulk is the
+    Marchenko-Pastur law of ``comps`` -- plus a nonlinear residual with (nearly) independent
+    entries, a semicircle ({ref}`sec-robust-median`). The residual's variance is not the Gaussian
+    ``(e_L - 1)`` share of the mean's bulk (:func:`robust_noise_var`): the entries of an upload
+    also carry the cross terms ``r xi_i z_j`` and the spike of its own class counts, low-rank in
+    the mean but not in the median (and a privacy noise enters it the same way). So it is
+    measured: the eigenvalue variance of ``J`` without its ``k`` spikes (exact trace and Frobenius
+    norm minus the top ``k`` eigenvalues) minus the Marchenko-Pastur part's ``sum_c a_c^2 q_c``.
+    """
+    N = J.shape[0]
+    top = _top_values_spectrum(J, min(N, max(16, k + 8))).values[:k] if k else np.empty(0)
+    tr = float(np.trace(J)) - float(top.sum())
+    ss = float(np.einsum("ij,ij->", J, J)) - float(top @ top)
+    n_b = N - k
+    var = ss / n_b - (tr / n_b) ** 2
+    v_mp = float(sum(c.scale * c.scale * c.ratio for c in comps))
+    return max(0.0, var - v_mp)
 
 
 def _robust_components(uploads: Sequence[Any], N: int) -> tuple[list, float]:

@@ -178,6 +178,88 @@ def test_robust_edge_on_pure_noise(defense):
         assert min(zs_mp) > 3.0, zs_mp
 
 
+@pytest.mark.parametrize("L", [3, 6])
+def test_median_round0_counts_the_archetypes_only(L):
+    """Issue 18: round 0 of a federation under the median, L honest clients, N = 160, M = 200,
+    r = 0.85, K = 3. The median operator has a genuine fourth outlier along the triple product
+    xi_0 * xi_1 * xi_2 (the cubic part of the entrywise median, sec-robust-median); counted against
+    a Marchenko-Pastur law fitted to the median's own moments it gave K-hat = 4 and a spurious
+    pattern (seeds 0-2 at L = 3, 0-1 at L = 6). The median of the uploads' own counts gives 3."""
+    from fedlam import federation
+    xi = data.random_archetypes(3, 160, 7)
+    mix = data.static_mixture(1, L, 3)
+    specs = [federation.ClientSpec(r=0.85, M=200, mixture=mix[:, c]) for c in range(L)]
+    for seed in range(5):
+        h = federation.run_federation(xi, specs, 1, seed, defense="median")
+        assert int(h.k_hat[0]) == 3 and int(h.spurious[0]) == 0, (seed, h.k_hat, h.spurious)
+        assert np.all(h.magnetization[0] >= 0.95), (seed, h.magnetization[0])
+
+
+def test_median_triple_product_is_an_outlier_of_the_operator():
+    """Why no bulk law fixes the median's count: E[median | x] of the entries is an odd symmetric
+    function of x_k = xi^k_i xi^k_j, alpha sum_k x_k + beta x_0 x_1 x_2, and the beta term is a
+    rank-one spike along xi_0 * xi_1 * xi_2 -- a real outlier of the operator (absent from the
+    mean), which the uploads' own counts do not see."""
+    xi = data.random_archetypes(3, 160, 7)
+    trip = (xi[0].astype(float) * xi[1] * xi[2]) / math.sqrt(160)
+    ups = honest_uploads(xi, 200, 0.85, 3, 0)
+    ra = robust.aggregate(ups, None, "median")
+    w, V = np.linalg.eigh(ra.operator)
+    w, V = w[::-1], V[:, ::-1]
+    ov = (V[:, :8].T @ trip) ** 2
+    j = int(np.argmax(ov))
+    assert j == 3 and ov[j] > 0.2, (j, ov)                       # the first eigenvalue after the spikes
+    mean = robust.mean_aggregate([u.operator for u in ups], None)
+    _, Vm = np.linalg.eigh(mean)
+    assert float(np.max((Vm[:, -8:].T @ trip) ** 2)) < 0.1       # not an outlier of the mean
+    # its eigenvalue is above the bulk edge of the mean's MP plus the measured semicircle
+    edge = khat.free_edge(ra.components, ra.noise_var)
+    assert w[3] > edge
+    assert ra.max_k == 3 and ra.details["upload_counts"].tolist() == [3, 3, 3]
+
+
+def test_upload_count_does_not_count_a_stored_copy_twice():
+    """A stored pattern at m = 0.95 with its archetype: the blended upload w B + (1 - w) A has the
+    difference of the two as an extra outlier (about (1 - w) w r^2 pi (1 - m^2), far above the
+    edge), which the whole-upload count takes for a direction of its own. The count of the stored
+    patterns plus the fresh spikes outside their span is 3; a new archetype adds one."""
+    N, M, r = 160, 200, 0.85
+    xi = data.random_archetypes(4, N, 7)
+    stored = xi[:3].copy()
+    stored[0, :4] *= -1                                     # m = 1 - 2 * 4 / 160 = 0.95
+    A = operators.pattern_operator(stored)
+    ups = honest_uploads(xi[:3], M, r, 3, 2, weight=0.5, broadcast=A)
+    whole = [int(np.sum(np.linalg.eigvalsh(u.operator) > robust.upload_threshold(u, N))) for u in ups]
+    assert min(whole) >= 4, whole
+    k, counts = robust.median_spike_count(ups, N, broadcast=A)
+    assert k == 3 and counts.tolist() == [3, 3, 3]
+    # a new archetype in the fresh data is counted on top of the memory
+    ups4 = honest_uploads(xi, M, r, 3, 3, weight=0.5, broadcast=A)
+    assert robust.median_spike_count(ups4, N, broadcast=A)[0] == 4
+    # without fresh evidence (w = 0) an upload holds the memory only
+    assert robust.upload_spike_count(Upload(A.copy(), M, 0.0, 1 - r * r), N, broadcast=A) == 3
+
+
+@pytest.mark.parametrize("defense", ["median", "trimmed"])
+def test_median_count_ignores_a_minority_poisoner(defense):
+    """Three honest uploads and a rank-one fake: the median still moves every entry towards the
+    fake (a spike of the median operator, sec-robust-median), but the lower median of the counts
+    [3, 3, 3, 1] is 3 and the three archetypes, far above the fake, are what is kept."""
+    xi = data.random_archetypes(3, 160, 7)
+    fake = fake_of(5, 160)
+    ups = honest_uploads(xi, 200, 0.85, 3, 1) + [poison_upload(fake, 200, 0.85)]
+    params = {"trim": 0.25} if defense == "trimmed" else None
+    ra = robust.aggregate(ups, None, defense, params)
+    assert sorted(ra.details["upload_counts"].tolist()) == [1, 3, 3, 3]
+    assert ra.max_k == 3
+    res = lam.factorize(ra.operator, 0, k_method="free", components=ra.components,
+                        noise_sigma=math.sqrt(ra.noise_var / 160))
+    assert res.k_hat >= 4            # without the robust count the fake's spike counts
+    w = np.linalg.eigvalsh(ra.operator)[::-1]
+    fake_dir = fake.astype(float) / math.sqrt(160)
+    assert float(fake_dir @ ra.operator @ fake_dir) < w[2]   # below the three archetypes
+
+
 # ----------------------------------------------------------------------------------------
 # plain mean and Krum
 def test_mean_aggregate_and_components():
