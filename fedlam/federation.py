@@ -398,6 +398,7 @@ class Server:
         scenario matrix's novelty ramp, held by two or more clients, in the same round as with a
         quorum of 1, or at most one round later under privacy). ``defense="support"``
         certifies with its own ``s`` instead (``defense_params={"s": 1}`` is the quorum of 1).
+        Derived in {ref}`sec-robust-fresh`.
         It needs every upload's operator (no secure aggregation) and runs without a defence or
         with ``defense="support"``.
         Derived in {ref}`sec-robust-support`.

@@ -718,7 +718,7 @@ def memory_span(broadcast: np.ndarray | None) -> np.ndarray | None:
     vectors (a randomized range finder, exact for an operator of that rank), or from a full
     eigendecomposition when that sketch is of full rank (an operator that is not a pattern
     operator). None for None; an (N, 0) basis for the zero broadcast (nothing stored).
-    Derived in {ref}`sec-robust-support`.
+    Derived in {ref}`sec-robust-fresh`.
     """
     if broadcast is None:
         return None
@@ -1182,7 +1182,7 @@ FRESH_QUORUM = 2
 def fresh_quorum(n_uploads: int) -> int:
     """The fresh acceptance's quorum for ``n_uploads`` uploads: ``min(FRESH_QUORUM, n_uploads)``.
 
-    Derived in {ref}`sec-robust-support`."""
+    Derived in {ref}`sec-robust-fresh`."""
     n_uploads = check_positive_int(n_uploads, "n_uploads")
     return min(FRESH_QUORUM, n_uploads)
 
@@ -1221,7 +1221,7 @@ def fresh_aggregate(
     one along which stored patterns nearly coincide needs one), and the quorum applies to what
     enters: a direction outside the stored span.
 
-    Why a quorum of 2 and not 1 (derived in {ref}`sec-robust-support`):
+    Why a quorum of 2 and not 1 (derived in {ref}`sec-robust-fresh`):
 
     - *a lone poisoner*: with ``s = 1`` one upload certifies whatever it holds as a supercritical
       spike, the rank-one upload of a fake first of all, and once stored the fake keeps its
