@@ -46,7 +46,7 @@ def test_part1_tables(res):
     assert f"{res.magnetization.min():.3f})" in mag.title and len(_rows(mag)) == 2
     assert len(_rows(structured.reconstruction_table(res))) == 2
     paper = _rows(structured.paper_table(res))
-    assert len(paper) == 2 and paper[0].startswith("| r = 0.6, raw | non-trivial, slower, wider bands | "
+    assert len(paper) == 2 and paper[0].startswith("| 0.6 raw | slower, wider bands | "
                                                   f"{min(res.summary['r=0.6/raw']['final_magnetization_mean']):.2f} | ")
     # numbers only (the reasons are written on the page): the weakest spike N r^2 g_K / (K (1 - r^2))
     g = np.linalg.svd(res.archetypes[0].astype(float) / np.sqrt(784), compute_uv=False) ** 2
@@ -56,10 +56,15 @@ def test_part1_tables(res):
 
 def test_part2_tables(res):
     sub = _rows(structured.subset_table(res))
-    assert len(sub) == 3 and sub[0].startswith("| K = 3: the paper's classes |")
+    assert len(sub) == 3 and sub[0].startswith("| 3 (paper) | 3 |")
+    s_span, s_lam = res.params.searches.index("span"), res.params.searches.index("lam")
+    rec = res.single_recovered[1, :, 0]  # K = 4, exact operator: recovered per subset and search
+    omax = res.subset_overlap_max[1]
+    assert sub[2].startswith(f"| 4 | 4 | {omax.min():.2f}–{omax.max():.2f} | ")
+    sp = res.single_spurious[1, :, 0, s_span].sum()
+    assert f" | {rec[:, s_span].sum()}{f' ({sp})' if sp else ''} \\| " in sub[2]
     det = _rows(structured.subset_detail_table(res))
     assert len(det) == 2
-    s_span, s_lam = res.params.searches.index("span"), res.params.searches.index("lam")
     k4 = f"{res.single_recovered[1, 0, 0, s_span]} \\| {res.single_recovered[1, 0, 0, s_lam]}"
     assert det[1].startswith(f"| 4 | 0 | {res.subset_overlap_max[1, 0]:.2f} | {k4} |")
     fed = _rows(structured.federation_table(res))

@@ -789,8 +789,8 @@ def setting_table(params: StructuredParams) -> Any:
     p = params
     rows = [
         ("part 1: classes (prototypes by the pixel-wise " + p.method + ")", ", ".join(p.classes)),
-        ("part 1: clients L, rounds T, example budget", f"{p.L}, {p.T}, {p.M_total} "
-         f"({p.M} per client and round)"),
+        ("part 1: clients L, rounds T, examples in all", f"{p.L}, {p.T}, {p.M_total}"),
+        ("part 1: examples per client and round", f"{p.M}"),
         ("part 1: targets", ", ".join(_target_labels(p))),
         ("channel quality r", ", ".join(f"{r:g}" for r in p.rs)),
         ("weight rule", controller_label(p.controller)),
@@ -798,8 +798,8 @@ def setting_table(params: StructuredParams) -> Any:
         ("part 2: classes K per subset, subsets per K", f"{', '.join(map(str, p.Ks))}; {p.n_subsets}"),
         ("part 2: examples per class (one operator), searches",
          f"{p.examples_per_class}; {', '.join(p.searches)}"),
-        ("part 2: federated subsets per K, rounds, examples per class and client",
-         f"{p.fed_subsets}, {p.fed_T}, {p.fed_examples_per_class}"),
+        ("part 2: federated subsets per K, rounds", f"{p.fed_subsets}, {p.fed_T}"),
+        ("part 2: examples per class and client (federations)", f"{p.fed_examples_per_class}"),
     ]
     return TitledTable("Setting", rows, ("parameter", "value"))
 
@@ -888,9 +888,9 @@ def paper_table(res: StructuredResult) -> Any:
             fm = f"{min(s['final_magnetization_mean']):.2f}"
             fx = f"{min(s['final_magnetization_max_metric_mean']):.2f}"
             if d:
-                paper = "(not studied)"
+                paper = "—"
             else:
-                paper = "all three > 0.9, fast and stable" if r >= 0.8 else "non-trivial, slower, wider bands"
+                paper = "> 0.9, fast, stable" if r >= 0.8 else "slower, wider bands"
             ov = res.archetype_overlaps[di]
             # weakest spike: kappa = N r^2 pi / (1 - r^2) times the smallest eigenvalue of the overlaps
             kmin = Nn * r**2 / (1 - r**2) / len(names) * np.linalg.eigvalsh(ov)[0]
@@ -898,14 +898,16 @@ def paper_table(res: StructuredResult) -> Any:
             ok = np.all(mm >= 0.9, axis=(0, 2))
             held = np.flip(np.logical_and.accumulate(np.flip(ok)))  # ok from round t to the end
             t_all = str(int(np.argmax(held))) if held.any() else "never"
-            rows.append((f"r = {r:g}, {'decorrelated' if d else 'raw'}", paper, fm, fx, t_all, f"{kmin:.0f}"))
-    return TitledTable(f"Paper versus measured (√q of the round-0 server mean: {sqrt_q:.2f})", rows,
-                       ("run", "paper reports", "final min m", "max-overlap min m",
-                        "all ≥ 0.9 from round", "weakest κ"))
+            rows.append((f"{r:g} {'decorrelated' if d else 'raw'}", paper, fm, fx, t_all, f"{kmin:.0f}"))
+    title = ("Part 1, paper versus measured: what the paper reports (— not studied); smallest final m "
+             "over the archetypes, mean over seeds (matched, and by the paper's max-overlap metric); "
+             "round from which every seed holds all three at m ≥ 0.9; weakest spike κ "
+             f"(√q of the round-0 server mean: {sqrt_q:.2f})")
+    return TitledTable(title, rows, ("r, targets", "paper", "min m", "max-overlap", "≥ 0.9 from", "min κ"))
 
 
-def _cell(rec: Any, of: int, sp: Any) -> str:
-    return f"{rec}/{of}" + (f" ({sp} spur.)" if sp else "")
+def _cell(rec: Any, sp: Any) -> str:
+    return f"{rec}" + (f" ({sp})" if sp else "")
 
 
 def subset_table(res: StructuredResult) -> Any:
@@ -917,20 +919,23 @@ def subset_table(res: StructuredResult) -> Any:
     P = res.params
     conds = ["exact"] + [f"r = {r:g}" for r in P.rs]
     S_SPAN, S_LAM = P.searches.index("span"), P.searches.index("lam")
-    header = ("classes", "overlap max (range) / mean, min eig.") + tuple(f"{c}: span | LAM" for c in conds)
+    header = ("K", "of", "max q", "mean q", "min eig.", *conds)
     ov_paper = overlap_structure(res.archetypes[0])
-    rows = [("K = 3: the paper's classes",
-             f"{ov_paper['max']:.2f} / {ov_paper['mean']:.2f}, {ov_paper['min_eig']:.2f}")
-            + tuple(" | ".join(_cell(res.paper_single_recovered[ci, si], 3, res.paper_single_spurious[ci, si])
+    rows = [("3 (paper)", "3", f"{ov_paper['max']:.2f}", f"{ov_paper['mean']:.2f}", f"{ov_paper['min_eig']:.2f}")
+            + tuple(" | ".join(_cell(res.paper_single_recovered[ci, si], res.paper_single_spurious[ci, si])
                                for si in (S_SPAN, S_LAM)) for ci in range(len(conds)))]
     for ki, K in enumerate(P.Ks):
         omax, omean, oeig = res.subset_overlap_max[ki], res.subset_overlap_mean[ki], res.subset_min_eig[ki]
-        struct = f"{omax.min():.2f}–{omax.max():.2f} / {omean.mean():.2f}, {oeig.min():.2f}–{oeig.max():.2f}"
-        cells = tuple(" | ".join(_cell(res.single_recovered[ki, :, ci, si].sum(), K * P.n_subsets,
+        struct = (f"{omax.min():.2f}–{omax.max():.2f}", f"{omean.mean():.2f}", f"{oeig.min():.2f}–{oeig.max():.2f}")
+        cells = tuple(" | ".join(_cell(res.single_recovered[ki, :, ci, si].sum(),
                                        res.single_spurious[ki, :, ci, si].sum()) for si in (S_SPAN, S_LAM))
                       for ci in range(len(conds)))
-        rows.append((f"K = {K}: {P.n_subsets} random subsets", struct) + cells)
-    return TitledTable("Archetypes recovered from one operator (in-span search | tuned LAM)", rows, header)
+        rows.append((f"{K}", f"{K * P.n_subsets}", *struct) + cells)
+    title = ("Archetypes recovered from one operator, in-span search | tuned LAM, of those present "
+             "(spurious patterns in brackets), for the paper's three classes and "
+             f"{P.n_subsets} random subsets per K; their largest and mean overlap q and the smallest "
+             "eigenvalue of the overlap matrix (ranges over the subsets, mean of the means)")
+    return TitledTable(title, rows, header)
 
 
 def subset_detail_table(res: StructuredResult) -> Any:
@@ -967,6 +972,7 @@ def federation_table(res: StructuredResult) -> Any:
                              " ".join(map(str, res.fed_k_hat[ki, s, ri].tolist())),
                              " ".join(map(str, res.fed_recovered[ki, s, ri].tolist())),
                              f"{res.fed_min_m[ki, s, ri].min():.3f}", f"{res.fed_spurious[ki, s, ri].max()}"))
-    title = f"Federations on the subsets ({P.L} clients, {P.fed_T} rounds)"
-    return TitledTable(title, rows, ("K", "subset", "r", "examples per client and round", "K-hat per round",
-                                     "recovered per round", "min m", "max spurious"))
+    title = (f"Federations on the subsets ({P.L} clients, {P.fed_T} rounds): M examples per client and "
+             "round; K-hat and archetypes recovered per round; smallest m and most spurious patterns "
+             "over the rounds")
+    return TitledTable(title, rows, ("K", "subset", "r", "M", "K-hat", "recovered", "min m", "spur."))

@@ -107,7 +107,6 @@ _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
     _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
-    _EX + "structured.html": _TABLES,  # 33 result-table cells wrap
 }
 
 
