@@ -39,8 +39,6 @@ SIZE_KEYWORDS = {"fontsize", "labelsize", "title_fontsize"}
 # on the commit that added this test (legends and annotations at 7.5-8.5 pt: at the book's
 # 100 dpi and the usual on-screen scale of about 0.8 they are 8-9 px tall).
 NOTEBOOKS_BELOW_9PT: dict[str, list[float]] = {
-    "book/chapters/12_robustness.ipynb": [8.0],
-    "book/experiments/adversarial.ipynb": [8.0, 8.0, 8.0],
 }
 
 
