@@ -34,7 +34,8 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     the quorum. The LAM takes the operator's top K-hat directions. The bulk given to the
     factorization is the honest mean's Marchenko-Pastur law plus a semicircle whose variance is
     the measured excess spread of the operator's bulk (the Gaussian ``(e_L - 1)`` share of
-    :func:`robust_noise_var` misses the cross terms ``r xi_i z_j`` of the +-1 entries, a factor about ``(1 + r^2)/(1 - r^2)``).
+    :func:`robust_noise_var` misses the cross terms ``r xi_i z_j`` of the +-1 entries, a factor
+    about ``(1 + r^2)/(1 - r^2)``).
     They bound each entry's deviation, but a bounded shift of every entry in the direction of
     ``xi_f xi_f^T`` adds up to a rank-one spike of strength ``c / sqrt(M)`` (J units), about
     ``sqrt(N)`` times above their noise edge: a fake is an outlier of the median operator; the
