@@ -25,17 +25,22 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     linear, and its operator has outliers no upload has: ``E[median | x]`` of an entry is an odd
     symmetric function of ``x_k = xi^k_i xi^k_j``, whose cubic part ``x_1 x_2 x_3`` is a
     rank-one spike along the product ``xi^1 * xi^2 * xi^3`` of three archetypes. Its K-hat is
-    therefore the *lower median of the uploads' own spike counts*
-    (:func:`median_spike_count`, each upload against its own noise-aware edge), capped by the
-    median operator's outliers: a minority of attackers cannot move it, and the LAM takes the
-    operator's top K-hat directions. The bulk given to the factorization is the honest mean's
-    Marchenko-Pastur law plus a semicircle whose variance is the measured excess spread of the
-    operator's bulk (the Gaussian ``(e_L - 1)`` share of :func:`robust_noise_var` misses the
-    cross terms ``r xi_i z_j`` of the +-1 entries, a factor about ``(1 + r^2)/(1 - r^2)``).
+    therefore capped by the *number of directions a strict majority of the uploads certifies*
+    (:func:`majority_spike_count`: the support test with the quorum ``floor(L/2) + 1`` in the
+    span of the median operator's leading eigenvectors, each upload's fresh part against its
+    own noise-aware edge, stored patterns kept), counted along the operator's leading
+    directions: the entrywise median follows a majority of the uploads, so the directions it
+    can be trusted to hold are those a majority holds, and a minority of attackers cannot reach
+    the quorum. The LAM takes the operator's top K-hat directions. The bulk given to the
+    factorization is the honest mean's Marchenko-Pastur law plus a semicircle whose variance is
+    the measured excess spread of the operator's bulk (the Gaussian ``(e_L - 1)`` share of
+    :func:`robust_noise_var` misses the cross terms ``r xi_i z_j`` of the +-1 entries, a factor
+    about ``(1 + r^2)/(1 - r^2)``).
     They bound each entry's deviation, but a bounded shift of every entry in the direction of
     ``xi_f xi_f^T`` adds up to a rank-one spike of strength ``c / sqrt(M)`` (J units), about
     ``sqrt(N)`` times above their noise edge: a fake is an outlier of the median operator; the
-    robust count keeps it out only while it lies below the archetypes that the majority holds.
+    robust count keeps it out while it lies below the archetypes that the majority holds (and
+    stops at it when it leads the spectrum, e.g. one attacker among two uploads).
     Derived in {ref}`sec-robust-median`.
 ``"krum"``
     (Multi-)Krum (Blanchard et al. 2017): the ``m`` uploads with the smallest sum of squared
@@ -97,6 +102,8 @@ __all__ = [
     "robust_noise_var",
     "upload_spike_count",
     "median_spike_count",
+    "majority_quorum",
+    "majority_spike_count",
     "krum_scores",
     "krum_select",
     "fresh_operator",
@@ -275,9 +282,10 @@ class RobustAggregate:
     details : dict
         Defence-specific diagnostics (see :func:`aggregate`).
     max_k : int or None
-        Upper bound on K-hat set by the defence itself (the median / trimmed mean: the median of
-        the uploads' own spike counts, :func:`median_spike_count`); the factorization keeps at
-        most this many spikes (None: no bound).
+        Upper bound on K-hat set by the defence itself (the median / trimmed mean: the number of
+        the operator's leading directions a strict majority of the uploads certifies,
+        :func:`majority_spike_count`); the factorization keeps at most this many spikes (None:
+        no bound).
     """
 
     operator: np.ndarray
@@ -582,16 +590,19 @@ def upload_spike_count(upload: Any, N: int, n_sigma: float = 4.0, *, broadcast: 
 
 def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0, *,
                        broadcast: np.ndarray | None = None) -> tuple[int, np.ndarray]:
-    """The robust spike count of an entrywise median / trimmed mean: the lower median of the
-    uploads' own counts (:func:`upload_spike_count`), and those counts.
+    """The lower median of the uploads' own spike counts (:func:`upload_spike_count`), and
+    those counts: the count of the *typical* upload.
 
-    The count of the aggregate's spikes is a statistic of the uploads like any other, and the
-    estimator that makes the operator robust makes the count robust too: with ``L`` uploads of
-    which ``f < L / 2`` are an attacker's, the lower median of the ``L`` counts lies between
-    two honest counts (a minority cannot move it past the honest ones), whereas the median
-    operator's own outliers include a fake's spike (the entrywise median still moves every
-    entry towards it, {ref}`sec-robust-median`) and spikes no upload has (odd products of the
-    archetypes). Derived in {ref}`sec-robust-median`.
+    With ``L`` uploads of which ``f < L / 2`` are an attacker's, the lower median of the ``L``
+    counts lies between two honest counts (a minority cannot move it past the honest ones),
+    whereas the median operator's own outliers include a fake's spike (the entrywise median
+    still moves every entry towards it, {ref}`sec-robust-median`) and spikes no upload has (odd
+    products of the archetypes). But it counts the typical upload, not the directions a
+    majority holds: five uploads that each hold three of five archetypes, every archetype held
+    by three, give 3 while the median operator holds all five. :func:`aggregate` therefore caps
+    K-hat with :func:`majority_spike_count`; this count is kept as a diagnostic
+    (``details["k_hat_median"]``) and its per-upload counts size that test's basis. Derived in
+    {ref}`sec-robust-median`.
     """
     _, N0 = _check_uploads(uploads)
     if N0 != N:
@@ -601,6 +612,99 @@ def median_spike_count(uploads: Sequence[Any], N: int, n_sigma: float = 4.0, *,
     counts = np.array([upload_spike_count(u, N, n_sigma, broadcast=broadcast, memory=Qm) for u in uploads],
                       dtype=np.int64)
     return int(np.sort(counts)[(len(counts) - 1) // 2]), counts
+
+
+def majority_quorum(n_uploads: int) -> int:
+    """The quorum of the median / trimmed mean's count: a strict majority ``floor(n/2) + 1`` of the
+    ``n_uploads`` uploads. Derived in {ref}`sec-robust-median`."""
+    n_uploads = check_positive_int(n_uploads, "n_uploads")
+    return n_uploads // 2 + 1
+
+
+def majority_spike_count(operator: np.ndarray, uploads: Sequence[Any], n_sigma: float = 4.0, *,
+                         broadcast: np.ndarray | None = None,
+                         upload_counts: np.ndarray | None = None) -> tuple[int, SupportResult]:
+    """The robust spike count of an entrywise median / trimmed mean: the number of directions a
+    strict majority of the uploads certifies, and the support test that found them.
+
+    The entrywise median follows a majority of the uploads: an entry is moved by what more than
+    half of them agree on, so the directions its operator can be trusted to hold are those a
+    majority holds -- not the count of the typical upload (:func:`median_spike_count`). Five
+    uploads that each hold three of five archetypes, every archetype held by three of them, give
+    a median operator with all five archetypes as spikes, while each upload, and so the median
+    of their counts, holds three. This count is the support test (:func:`support_test`, the
+    same code as ``defense="support"``) with the quorum ``s =`` :func:`majority_quorum` ``(n)``
+    for ``n`` uploads, run in the span of the median operator's leading eigenvectors: a
+    direction counts when the fresh parts of at least ``s`` uploads certify it (each against its
+    own noise-aware edge, :func:`upload_threshold`), or when it is stored in the broadcast (it
+    passed when it entered: a stored archetype is retained without fresh votes).
+
+    Why it is robust: ``f < n/2`` attackers are fewer than the quorum, so what they alone
+    certify (a fake, the difference between a near-copy and its archetype) gets at most ``f <
+    s`` votes and is not counted ({prf:ref}`thm-robust-support`, part 1 with ``s`` a majority);
+    the odd products of archetypes that the entrywise median makes (outliers no upload has) are
+    certified by no upload at all (Cauchy interlacing, :func:`support_test`).
+
+    The count caps the factorization's K-hat (``RobustAggregate.max_k``), and the LAM takes the
+    operator's *leading* K-hat directions, so the count runs along them: it is the number of
+    leading eigenvectors, in order, whose larger part (a fraction above 1/2) lies in the
+    supported subspace, stopping at the first that does not (and at most that subspace's
+    dimension). A supported direction ranked below an unsupported one is not counted: were it
+    counted, the LAM would take the unsupported one. This matters when no honest majority
+    exists: one attacker among two uploads (partial participation) makes the median their mean,
+    whose leading direction is the fake; the stored patterns still have the quorum (memory), but
+    the count stops at the fake and is 0, so nothing is written that round.
+
+    The basis holds the operator's leading ``d`` eigenvectors, ``d`` the stored span's rank
+    plus ``ceil(sum_c k_c / s) + 8`` (``k_c`` the uploads' own counts, ``upload_counts``, computed
+    with :func:`upload_spike_count` when None): a direction with ``s`` votes takes at least ``s``
+    of the ``sum_c k_c`` certified directions, the 8 leave room for the odd-product spikes
+    ranked among the archetypes; at most ``N // 2``. Derived in {ref}`sec-robust-median`.
+
+    Parameters
+    ----------
+    operator : numpy.ndarray
+        (N, N) the median / trimmed-mean operator (:func:`entrywise_median`).
+    uploads : sequence of Upload
+        The round's uploads.
+    n_sigma : float
+        Tracy-Widom scales above each upload's edge.
+    broadcast : numpy.ndarray or None
+        The server's last broadcast (None in round 0).
+    upload_counts : numpy.ndarray or None
+        (L,) each upload's own count (:func:`median_spike_count`'s second value).
+
+    Returns
+    -------
+    (int, SupportResult)
+        The count and the support test's result (``basis``: the leading eigenvectors, in
+        order; ``supported``: the directions with the quorum).
+    """
+    ops, N = _check_uploads(uploads)
+    J = check_operator_list([operator], "operator")[0]
+    if J.shape != (N, N):
+        raise ValueError(f"operator must be ({N}, {N}) like the uploads, got shape {J.shape}")
+    broadcast = _check_broadcast(broadcast, N)
+    s = majority_quorum(len(ops))
+    _, p = check_defense("support", {"s": s, "n_sigma": n_sigma}, len(ops))
+    Qm = _memory_span(broadcast, N)
+    if upload_counts is None:
+        upload_counts = np.array([upload_spike_count(u, N, n_sigma, broadcast=broadcast, memory=Qm)
+                                  for u in uploads], dtype=np.int64)
+    elif (not isinstance(upload_counts, np.ndarray) or upload_counts.shape != (len(ops),)
+          or not np.issubdtype(upload_counts.dtype, np.integer) or np.any(upload_counts < 0)):
+        raise ValueError(f"upload_counts must be None or an int array of {len(ops)} counts >= 0, "
+                         f"got {_describe(upload_counts)}")
+    d = min(N // 2, int(Qm.shape[1]) + math.ceil(int(np.sum(upload_counts)) / s) + 8)
+    spec = _ensure_vectors(J, _eig_top(J, d, "server"), d)
+    Q = np.ascontiguousarray(spec.vectors[:, :d])
+    res = _support_in_basis(Q, None, uploads, ops, broadcast, N, p)
+    # the LAM takes the operator's leading directions: count them in order while the larger part
+    # of each lies in the supported subspace (the first that does not ends the count)
+    frac = np.einsum("ij,ij->i", res.supported, res.supported)
+    bad = np.flatnonzero(frac <= 0.5)
+    k = int(bad[0]) if bad.size else d
+    return min(k, int(res.supported.shape[1])), res
 
 
 # ----------------------------------------------------------------------------------------
@@ -1107,7 +1211,10 @@ def aggregate(
           ``memory_dims``;
         - ``"median"``/``"trimmed"``: ``efficiency`` (``e_L``), ``trimmed`` (uploads cut per
           side), ``upload_counts`` (each upload's spikes, :func:`upload_spike_count`),
-          ``k_hat_robust`` (their lower median, also ``max_k``), ``excess_noise_var`` (the
+          ``k_hat_median`` (their lower median, for comparison), ``quorum`` (``floor(L/2) + 1``),
+          ``n_certified`` (directions each upload certifies in the operator's leading
+          eigenvectors), ``k_hat_robust`` (the directions a majority certifies,
+          :func:`majority_spike_count`, also ``max_k``), ``excess_noise_var`` (the
           semicircle variance of the bulk), ``derived_components``/``derived_noise_var`` (the
           Gaussian model of :func:`robust_noise_var`, for comparison);
         - ``"krum"``: ``scores``, ``selected``.
@@ -1122,7 +1229,9 @@ def aggregate(
     matching partial spectrum. Cost on top of the mean: ``L + 1`` products ``(N, N) x (N,
     K_hat)`` and ``K_hat x K_hat`` eigenproblems (the partial spectrum replaces the factorization's
     own when the spectrum is passed on). ``"median"``/``"trimmed"`` count each upload's spikes
-    (``L`` top-eigenvalue solves, ``O(L N^2 k)``) and set ``max_k`` to their lower median.
+    (``L`` top-eigenvalue solves, ``O(L N^2 k)``), then run the support test with the majority
+    quorum in the operator's leading ``d`` eigenvectors (one more solve and ``L`` products
+    ``(N, N) x (N, d)``) and set ``max_k`` to the directions a majority certifies.
     Derived in {ref}`sec-robust-support`, {ref}`sec-robust-median` and {ref}`sec-robust-krum`.
     """
     ops, N = _check_uploads(uploads)
@@ -1156,9 +1265,10 @@ def aggregate(
         comps, v = _robust_components(uploads, N)
         det["derived_components"] = comps
         det["derived_noise_var"] = robust_noise_var(comps, v, e)
-        k_rob, counts = median_spike_count(uploads, N, broadcast=broadcast)
-        det["upload_counts"] = counts
-        det["k_hat_robust"] = k_rob
+        k_med, counts = median_spike_count(uploads, N, broadcast=broadcast)
+        k_rob, sres = majority_spike_count(J, uploads, broadcast=broadcast, upload_counts=counts)
+        det.update(upload_counts=counts, k_hat_median=k_med, k_hat_robust=k_rob,
+                   quorum=int(sres.params["s"]), n_certified=sres.n_certified)
         v_ex = _median_excess_var(J, comps, k_rob)
         det["excess_noise_var"] = v_ex
         return RobustAggregate(J, comps, v_ex, None, det, max_k=k_rob)

@@ -171,17 +171,11 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
 
 
 # Rows that break an invariant today, with what was measured (issue 18 stays open on them).
-_MEDIAN = ("silhouettes under drift with half the clients asked (2-3 uploads): from round 14 every "
-           "upload's fresh part has a spike mostly outside the span of the three stored patterns "
-           "(not yet traced; correlated silhouettes?), the median's robust count is 4 and a "
-           "spurious pattern stays in memory (K-hat 4 > 3); the count of the typical upload is not "
-           "yet a count of the directions a majority holds")
 KNOWN_FAILURES: dict[int, str] = {
     4: ("silhouettes under privacy with a noise client and constant weight 0.5: K-hat = 2 of 3 in "
         "38 of 40 rounds (the weakest spike, 1.2 x its critical noise, is not counted), no "
         "correlated silhouette lies in the span of the two detected directions, so the memory is "
         "empty in 36 of 40 rounds and m = (0, 0, 0) at the last round"),
-    5: _MEDIAN,
     10: ("privacy + support + poisoner under drift: archetype 0, no longer in the data, "
          "is kept at m = 0.925 (< 0.95)"),
 }

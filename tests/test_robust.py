@@ -260,6 +260,69 @@ def test_median_count_ignores_a_minority_poisoner(defense):
     assert float(fake_dir @ ra.operator @ fake_dir) < w[2]   # below the three archetypes
 
 
+@pytest.mark.parametrize("defense", ["median", "trimmed"])
+def test_median_count_is_what_a_majority_holds(defense):
+    """Issue 18: five uploads, five archetypes, each held by three of the five clients (client c
+    holds c, c+1, c+2 mod 5; the adversarial experiment's `three_of_five`). Every upload holds 3
+    and so does the lower median of their counts, which capped K-hat at 3 and lost archetypes;
+    the entrywise median follows the majority and holds all five, and so does the count of the
+    directions a strict majority (3 of 5) certifies."""
+    N, M, r, K = 200, 200, 0.9, 5
+    xi = data.random_archetypes(K, N, 3)
+    pi = np.zeros((K, K))
+    for c in range(K):
+        pi[c, [(c + j) % K for j in range(3)]] = 1 / 3
+    ups = honest_uploads(xi, M, r, K, 4, pi=pi)
+    params = {"trim": 0.2} if defense == "trimmed" else None
+    ra = robust.aggregate(ups, None, defense, params)
+    assert ra.details["upload_counts"].tolist() == [3] * 5 and ra.details["k_hat_median"] == 3
+    assert ra.details["quorum"] == 3 and robust.majority_quorum(5) == 3
+    assert ra.max_k == 5 and ra.details["k_hat_robust"] == 5
+    # over a federation (the LAM of one round finds three or four of five spikes at N = 200; the
+    # broadcast brings the rest in) all five are stored, none spurious; with the lower median's
+    # cap of 3 one or two were (the experiment's 20 %)
+    from fedlam import federation
+    mix = data.heterogeneous_supports(6, K, K, [[(c + j) % K for j in range(3)] for c in range(K)])
+    specs = [federation.ClientSpec(r=r, M=M, mixture=mix[:, c]) for c in range(K)]
+    for seed in range(2):
+        h = federation.run_federation(xi, specs, 6, seed, controller="novelty", known_r=True, defense=defense,
+                                      defense_params=params)
+        assert np.all(h.magnetization[-1] >= 0.95) and int(h.spurious.max()) == 0, (seed, h.magnetization[-1])
+        assert h.k_hat.tolist() == [5] * 6, (seed, h.k_hat)
+
+
+def test_majority_count_stops_at_an_unsupported_leading_direction():
+    """Two uploads, one honest (the three stored archetypes blended in) and one rank-one poisoner:
+    the median of two is their mean, whose leading direction is the fake (strength 1/2). The stored
+    patterns have the quorum (2 of 2) as memory, but the LAM takes the operator's leading
+    directions: the count ends at the first one a majority does not hold, here the first (0),
+    instead of letting the fake in with a cap of 3. Three honest uploads and the poisoner: the
+    quorum is 3 of 4, the fake has one vote and ranks below the archetypes (count 3)."""
+    N, M, r = 160, 200, 0.85
+    xi = data.random_archetypes(3, N, 7)
+    A = operators.pattern_operator(xi)
+    fake = fake_of(5, N)
+    two = honest_uploads(xi, M, r, 1, 2, weight=0.5, broadcast=A) + [poison_upload(fake, M, r)]
+    k, res = robust.majority_spike_count(robust.entrywise_median([u.operator for u in two]), two, broadcast=A)
+    assert res.params["s"] == 2 and res.memory_dims == 3 and res.supported.shape[1] == 3
+    assert k == 0
+    four = honest_uploads(xi, M, r, 3, 2, weight=0.5, broadcast=A) + [poison_upload(fake, M, r)]
+    k4, res4 = robust.majority_spike_count(robust.entrywise_median([u.operator for u in four]), four, broadcast=A)
+    assert res4.params["s"] == 3 and k4 == 3
+
+
+def test_majority_count_bad_input():
+    xi = data.random_archetypes(2, 40, 1)
+    ups = honest_uploads(xi, 50, 0.9, 3, 0)
+    with pytest.raises(ValueError, match="operator must be"):
+        robust.majority_spike_count(np.eye(30), ups)
+    with pytest.raises(ValueError, match="upload_counts"):
+        robust.majority_spike_count(robust.entrywise_median([u.operator for u in ups]), ups,
+                                    upload_counts=np.array([1.0, 2.0, 2.0]))
+    with pytest.raises(ValueError, match="n_uploads"):
+        robust.majority_quorum(0)
+
+
 # ----------------------------------------------------------------------------------------
 # plain mean and Krum
 def test_mean_aggregate_and_components():
