@@ -359,7 +359,9 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
         the archetypes and the time-averaged m (means over seeds). The fresh acceptance is
         derived in {ref}`sec-robust-fresh`.
     """
-    res, fresh = _check_result(res), _check_result(fresh)
+    res = _check_result(res)
+    if not isinstance(fresh, DriftResult):
+        raise TypeError(f"fresh must be a DriftResult, got {type(fresh).__name__}")
     p, pf = res.params, fresh.params
     if p.acceptance != "paper" or pf.acceptance != "fresh":
         raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
