@@ -66,8 +66,12 @@ def test_make_params_overrides_and_rejects(mod):
         (drift.DriftParams, "controllers", (1.5,), ValueError),
         (drift.DriftParams, "known_r", 1, TypeError),
         (drift.DriftParams, "r", 0.0, ValueError),
+        (drift.DriftParams, "acceptance", "support", ValueError),
+        (drift.DriftParams, "acceptance", None, TypeError),
         (novelty.NoveltyParams, "t_intro", 99, ValueError),
         (novelty.NoveltyParams, "ramp", 0, ValueError),
+        (novelty.NoveltyParams, "acceptance", "median", ValueError),
+        (novelty.NoveltyParams, "acceptance", 2, TypeError),
         (adversarial.AdversarialParams, "attacks", ("noise", "virus"), ValueError),
         (adversarial.AdversarialParams, "r_good", 2.0, ValueError),
         (structured.StructuredParams, "rs", (0.6, 1.2), ValueError),
@@ -171,6 +175,51 @@ def test_drift_shapes():
     np.testing.assert_allclose(res.weights[:, 0, 1:], 0.0)
 
 
+@pytest.mark.parametrize("value", ["support", None, 1])
+def test_drift_acceptance_refused_as_run_federation_refuses(value):
+    from fedlam import federation
+
+    with pytest.raises((TypeError, ValueError)) as ref:
+        federation.Server(acceptance=value)
+    with pytest.raises(ref.type, match="acceptance") as got:
+        drift.DriftParams(acceptance=value)
+    assert str(got.value) == str(ref.value)
+
+
+def test_drift_acceptance_reaches_the_server_and_table():
+    p = drift.DriftParams(**{**TINY[drift], "controllers": (0.0, "paper", "novelty"), "seeds": 2})
+    res = drift.run(p, 5)
+    pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
+    fresh = drift.run(pf, 5)
+    # the option reaches run_federation: the same seed under the fresh acceptance
+    from fedlam import data, federation
+
+    (a, b), = drift.seed_pairs(5, 1)
+    xi = data.random_archetypes(p.K, p.N, a)
+    sched = data.sequential_drift(p.T, p.L, p.K)
+    specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
+    h = federation.run_federation(xi, specs, p.T, b, controller="novelty", acceptance="fresh")
+    np.testing.assert_array_equal(fresh.magnetization[0, 0], h.magnetization)
+    np.testing.assert_array_equal(fresh.spurious[0, 0], h.spurious)
+    tab = drift.acceptance_table(res, fresh)
+    rows = tab.table.rows
+    assert [r[:2] for r in rows] == [("our novelty rule", "paper"), ("our novelty rule", "fresh")]
+    for row, r, i in ((rows[0], res, 2), (rows[1], fresh, 0)):
+        sp = r.spurious[:, i, -1]
+        assert row[2] == f"{sp.mean():.2f} ({sp.max()})"
+        assert row[3] == f"{r.k_hat[:, i, -1].mean():.2f}"
+        assert row[5] == f"{r.magnetization[:, i, -1].min(axis=1).mean():.2f}"
+        assert row[6] == f"{r.magnetization[:, i].mean():.3f}"
+    with pytest.raises(ValueError, match="acceptance"):
+        drift.acceptance_table(fresh, res)
+    with pytest.raises(ValueError, match="setting"):
+        drift.acceptance_table(res, drift.run(dataclasses.replace(pf, r=0.7), 5))
+    with pytest.raises(ValueError, match="rules"):
+        drift.acceptance_table(drift.run(dataclasses.replace(p, controllers=("paper",)), 5), fresh)
+    with pytest.raises(TypeError, match="res"):
+        drift.acceptance_table(object(), fresh)
+
+
 def test_novelty_shapes_and_latency_helper():
     p = novelty.NoveltyParams(**TINY[novelty])
     res = novelty.run(p, 0)
@@ -179,6 +228,52 @@ def test_novelty_shapes_and_latency_helper():
     assert res.latency_k.shape == (p.seeds, 1)
     assert novelty.first_round(np.array([False, True, False, True]), 2) == 1.0
     assert np.isnan(novelty.first_round(np.array([True, False]), 1))
+
+
+@pytest.mark.parametrize("value", ["support", None, 1])
+def test_novelty_acceptance_refused_as_run_federation_refuses(value):
+    from fedlam import federation
+
+    with pytest.raises((TypeError, ValueError)) as ref:
+        federation.Server(acceptance=value)
+    with pytest.raises(ref.type, match="acceptance") as got:
+        novelty.NoveltyParams(acceptance=value)
+    assert str(got.value) == str(ref.value)
+
+
+def test_novelty_acceptance_reaches_the_server_and_table():
+    p = novelty.NoveltyParams(**{**TINY[novelty], "controllers": ("paper", "novelty"), "seeds": 2})
+    res = novelty.run(p, 5)
+    pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
+    fresh = novelty.run(pf, 5)
+    from fedlam import data, federation
+
+    (a, b), = novelty.seed_pairs(5, 1)
+    xi = data.random_archetypes(p.K, p.N, a)
+    sched = data.novelty_ramp(p.T, p.L, p.K_old, p.K_new, p.t_intro, p.ramp)
+    specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
+    h = federation.run_federation(xi, specs, p.T, b, controller="novelty", n_top=10,
+                                  acceptance="fresh")
+    np.testing.assert_array_equal(fresh.magnetization[0, 0], h.magnetization)
+    np.testing.assert_array_equal(fresh.k_hat[0, 0], h.k_hat)
+    rows = novelty.acceptance_table(res, fresh).table.rows
+    assert [r[:2] for r in rows] == [("our novelty rule", "paper"), ("our novelty rule", "fresh")]
+    Ko = p.K_old
+    for row, r, i in ((rows[0], res, 1), (rows[1], fresh, 0)):
+        sp, m = r.spurious[:, i, -1], r.magnetization[:, i]
+        assert row[2] == f"{sp.mean():.2f} ({sp.max()})"
+        assert row[3] == f"{r.k_hat[:, i, -1].mean():.2f}"
+        assert row[4] == f"{m[:, -1, :Ko].mean():.2f}/{m[:, -1, Ko:].mean():.2f}"
+        assert row[5] == f"{m[:, -1].min(axis=1).mean():.2f}" and row[6] == f"{m.mean():.3f}"
+    with pytest.raises(ValueError, match="acceptance"):
+        novelty.acceptance_table(fresh, res)
+    with pytest.raises(ValueError, match="setting"):
+        novelty.acceptance_table(res, novelty.run(dataclasses.replace(pf, r=0.7), 5))
+    with pytest.raises(ValueError, match="rules"):
+        novelty.acceptance_table(novelty.run(dataclasses.replace(p, controllers=("paper",)), 5),
+                                 fresh)
+    with pytest.raises(TypeError, match="fresh"):
+        novelty.acceptance_table(res, object())
 
 
 def test_adversarial_shapes():

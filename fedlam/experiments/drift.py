@@ -18,6 +18,7 @@ from fedlam.experiments._common import (
     JsonResult,
     TitledTable,
     check_bool,
+    check_choice,
     check_controllers,
     check_in_range,
     check_positive_int,
@@ -31,7 +32,8 @@ from fedlam.experiments._common import (
 from fedlam.experiments._executor import map_seeds
 
 __all__ = ["DriftParams", "DriftResult", "PRESETS", "make_params", "run", "setting_table",
-           "weight_curve", "weight_table", "spike_table", "magnetization_table", "paper_table"]
+           "weight_curve", "weight_table", "spike_table", "magnetization_table", "paper_table",
+           "acceptance_table"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class DriftParams:
         Whether clients' controllers use the true r (False: estimated from their own spectrum).
     seeds : int
         Independent repetitions (our choice: 10 at the paper preset).
+    acceptance : {"paper", "fresh"}
+        How the server admits patterns into its memory (``run_federation``'s option):
+        ``"paper"`` (default) stores whatever the factorization accepts, ``"fresh"`` only
+        directions the fresh parts of two uploads certify. Derived in {ref}`sec-robust-fresh`.
     """
 
     N: int = 400
@@ -77,6 +83,7 @@ class DriftParams:
     ema_alpha: float = 0.5
     known_r: bool = False
     seeds: int = 10
+    acceptance: str = "paper"
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)
@@ -91,6 +98,9 @@ class DriftParams:
         check_in_range(self.ema_alpha, "ema_alpha", 0.0, 1.0)
         check_bool(self.known_r, "known_r")
         check_positive_int(self.seeds, "seeds")
+        from fedlam.federation import ACCEPTANCES
+
+        check_choice(self.acceptance, "acceptance", ACCEPTANCES)
 
 
 PRESETS: dict[str, DriftParams] = {
@@ -141,7 +151,8 @@ def _drift_seed(p: DriftParams, seed_xi: int, seed_fed: int) -> tuple:
     out = []
     for ctrl in p.controllers:
         h = federation.run_federation(
-            xi, specs, p.T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r
+            xi, specs, p.T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r,
+            acceptance=p.acceptance,
         )
         out.append((h.magnetization, h.weights, h.k_hat, h.spurious, h.exposure))
     return tuple(out)
@@ -231,6 +242,7 @@ def setting_table(params: DriftParams) -> Any:
         ("schedule", f"archetypes dominate in turn, width {width}"),
         ("weight rules", ", ".join(controller_label(c) for c in p.controllers)),
         ("EMA coefficient, adaptive rules", f"{p.ema_alpha}"),
+        ("server's acceptance", p.acceptance),
         ("seeds", f"{p.seeds}"),
     ]
     return TitledTable("Setting (the schedule's bump width in rounds)", rows, ("parameter", "value"))
@@ -326,3 +338,53 @@ def paper_table(res: DriftResult) -> Any:
                        "not in the paper. Measured: the final m per archetype, the mean weight from "
                        "round 1 on and the final spurious patterns of the adaptive rules",
                        rows, ("rule", "paper", "final m", "mean w", "spurious"))
+
+
+def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
+    """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
+
+    Parameters
+    ----------
+    res : DriftResult
+        A run with ``acceptance="paper"``.
+    fresh : DriftResult
+        The same setting and seeds (same ``rng``) with ``acceptance="fresh"``; its rules must
+        be among ``res``'s.
+
+    Returns
+    -------
+    TitledTable
+        Per rule, under each acceptance: the final spurious patterns (mean over seeds, the
+        most in one seed), the final K-hat, the final m per archetype, the final lowest m over
+        the archetypes and the time-averaged m (means over seeds). The fresh acceptance is
+        derived in {ref}`sec-robust-fresh`.
+    """
+    res = _check_result(res)
+    if not isinstance(fresh, DriftResult):
+        raise TypeError(f"fresh must be a DriftResult, got {type(fresh).__name__}")
+    p, pf = res.params, fresh.params
+    if p.acceptance != "paper" or pf.acceptance != "fresh":
+        raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
+                         f"{p.acceptance!r} and {pf.acceptance!r}")
+    import dataclasses
+
+    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
+        raise ValueError("fresh must have the setting of res (only controllers and acceptance "
+                         f"may differ), got {pf} against {p}")
+    missing = [c for c in pf.controllers if c not in p.controllers]
+    if missing:
+        raise ValueError(f"fresh's rules must be among res's {p.controllers}, got {missing}")
+    rows = []
+    for c in pf.controllers:
+        for r in (res, fresh):
+            i = r.params.controllers.index(c)
+            sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]
+            rows.append((controller_label(c), r.params.acceptance,
+                         f"{sp.mean():.2f} ({sp.max()})", f"{r.k_hat[:, i, -1].mean():.2f}",
+                         " ".join(f"{x:.2f}" for x in mag[:, -1].mean(axis=0)),
+                         f"{mag[:, -1].min(axis=1).mean():.2f}", f"{mag.mean():.3f}"))
+    return TitledTable("The paper's acceptance and the fresh acceptance: final spurious patterns "
+                       "(mean over seeds, most in one seed), final K-hat, final m per archetype, "
+                       "final lowest m and time-averaged m (means over seeds)", rows,
+                       ("rule", "acceptance", "spurious", "K-hat", "final m", "min m",
+                        "time-avg. m"))

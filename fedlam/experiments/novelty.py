@@ -18,6 +18,7 @@ from fedlam.experiments._common import (
     JsonResult,
     TitledTable,
     check_bool,
+    check_choice,
     check_controllers,
     check_in_range,
     check_nonneg_int,
@@ -33,7 +34,7 @@ from fedlam.experiments._executor import map_seeds
 
 __all__ = ["NoveltyParams", "NoveltyResult", "PRESETS", "make_params", "run", "first_round",
            "setting_table", "phase_windows", "phase_gap", "detection_table", "gap_table",
-           "weight_table", "paper_table"]
+           "weight_table", "paper_table", "acceptance_table"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class NoveltyParams:
         Flow time of the sharpening used for the spectral-gap diagnostic (the LAM default, 2).
     seeds : int
         Independent repetitions.
+    acceptance : {"paper", "fresh"}
+        How the server admits patterns into its memory (``run_federation``'s option):
+        ``"paper"`` (default) stores whatever the factorization accepts, ``"fresh"`` only
+        directions the fresh parts of two uploads certify. Derived in {ref}`sec-robust-fresh`.
     """
 
     N: int = 400
@@ -83,6 +88,7 @@ class NoveltyParams:
     known_r: bool = False
     dream_time: float = 2.0
     seeds: int = 30
+    acceptance: str = "paper"
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)
@@ -101,6 +107,9 @@ class NoveltyParams:
         check_bool(self.known_r, "known_r")
         check_in_range(self.dream_time, "dream_time", 0.0, None, low_open=True)
         check_positive_int(self.seeds, "seeds")
+        from fedlam.federation import ACCEPTANCES
+
+        check_choice(self.acceptance, "acceptance", ACCEPTANCES)
 
     @property
     def K(self) -> int:
@@ -171,7 +180,7 @@ def _novelty_seed(p: NoveltyParams, seed_xi: int, seed_fed: int) -> list:
     for ctrl in p.controllers:
         h = federation.run_federation(
             xi, specs, T, seed_fed, controller=ctrl, ema_alpha=p.ema_alpha, known_r=p.known_r,
-            n_top=max(10, K + 2),
+            n_top=max(10, K + 2), acceptance=p.acceptance,
         )
         top = spectral.dream_eigenvalues(np.nan_to_num(h.top_eigenvalues, nan=0.0), p.dream_time)
         lam_k, lam_k1 = top[:, Ko - 1], top[:, Ko]
@@ -261,6 +270,7 @@ def setting_table(params: NoveltyParams) -> Any:
         ("weight rules (EMA coefficient)",
          ", ".join(controller_label(c) for c in p.controllers) + f" ({p.ema_alpha})"),
         ("dreaming time of the gap", f"{p.dream_time}"),
+        ("server's acceptance", p.acceptance),
         ("seeds", f"{p.seeds}"),
     ]
     return TitledTable("Setting", rows, ("parameter", "value"))
@@ -369,3 +379,54 @@ def paper_table(res: NoveltyResult) -> Any:
                        "ones' dip; relative gap at the old boundary before, during and after the "
                        "ramp (all rules). Paper's rule: the entropy rule; our rule: the novelty rule",
                        rows, ("quantity", "paper", "measured"))
+
+
+def acceptance_table(res: NoveltyResult, fresh: NoveltyResult) -> Any:
+    """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
+
+    Parameters
+    ----------
+    res : NoveltyResult
+        A run with ``acceptance="paper"``.
+    fresh : NoveltyResult
+        The same setting and seeds (same ``rng``) with ``acceptance="fresh"``; its rules must
+        be among ``res``'s.
+
+    Returns
+    -------
+    TitledTable
+        Per rule, under each acceptance: the final spurious patterns (mean over seeds, the
+        most in one seed), the final K-hat, the final m of the old/new archetypes, the final
+        lowest m over the archetypes and the time-averaged m (means over seeds). The fresh
+        acceptance is derived in {ref}`sec-robust-fresh`.
+    """
+    res = _check_result(res)
+    if not isinstance(fresh, NoveltyResult):
+        raise TypeError(f"fresh must be a NoveltyResult, got {type(fresh).__name__}")
+    p, pf = res.params, fresh.params
+    if p.acceptance != "paper" or pf.acceptance != "fresh":
+        raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
+                         f"{p.acceptance!r} and {pf.acceptance!r}")
+    import dataclasses
+
+    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
+        raise ValueError("fresh must have the setting of res (only controllers and acceptance "
+                         f"may differ), got {pf} against {p}")
+    missing = [c for c in pf.controllers if c not in p.controllers]
+    if missing:
+        raise ValueError(f"fresh's rules must be among res's {p.controllers}, got {missing}")
+    Ko = p.K_old
+    rows = []
+    for c in pf.controllers:
+        for r in (res, fresh):
+            i = r.params.controllers.index(c)
+            sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]
+            rows.append((controller_label(c), r.params.acceptance,
+                         f"{sp.mean():.2f} ({sp.max()})", f"{r.k_hat[:, i, -1].mean():.2f}",
+                         f"{mag[:, -1, :Ko].mean():.2f}/{mag[:, -1, Ko:].mean():.2f}",
+                         f"{mag[:, -1].min(axis=1).mean():.2f}", f"{mag.mean():.3f}"))
+    return TitledTable("The paper's acceptance and the fresh acceptance: final spurious patterns "
+                       "(mean over seeds, most in one seed), final K-hat, final m of the old/new "
+                       "archetypes, final lowest m and time-averaged m (means over seeds)", rows,
+                       ("rule", "acceptance", "spurious", "K-hat", "final m", "min m",
+                        "time-avg. m"))
