@@ -106,7 +106,6 @@ _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
     _CH + "12_robustness.html": _TABLES,  # 5 short cells of the defences table wrap
-    _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
 }
 
 
