@@ -1079,7 +1079,7 @@ def near_copy_table(sweep: NearCopySweep) -> Any:
              f"{sweep.federation[i].min():.3f}", f"{sweep.federation_min[i].min():.3f}",
              yes(sweep.federation_copy[i]))
             for i, m in enumerate(sweep.m_values)]
-    return TitledTable("A near-copy of archetype 0 against the support test (min m: smallest "
-                       "magnetization of any archetype one shot, and in the federation at the last "
+    return TitledTable("A near-copy of archetype 0 against the support test (smallest "
+                       "magnetization of any archetype: one shot, in the federation at the last "
                        "round and over rounds; stored: the copy, in any round)", rows,
                        ("copy's m", "one shot", "stored", "federation", "over rounds", "stored"))
