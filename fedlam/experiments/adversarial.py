@@ -871,30 +871,32 @@ def _latency(s: dict) -> str:
 
 
 def setting_table(params: AdversarialParams) -> Any:
-    """The attack x defence experiment's setting as a titled table (one row per group)."""
+    """The attack x defence experiment's setting as a titled table (one short row per quantity)."""
     from fedlam.experiments._common import TitledTable, controller_label
 
     p = _check_result(params, AdversarialParams, "params")
-    if p.t_new is None:
-        new = "none"
-    else:
-        new = f"appears at good client 0 in round {p.t_new}, one more client every {p.spread} rounds"
-    r_adv = "estimated from its spectrum" if p.attacker_r is None else f"stated, {p.attacker_r}"
+    r_adv = "estimated" if p.attacker_r is None else f"stated, {p.attacker_r}"
     rows = [
-        ("dimension N, archetypes K, rounds T", f"{p.N}, {p.K}, {p.T}"),
-        ("good clients, their r, examples per client and round M", f"{p.n_good}, {p.r_good}, {p.M}"),
+        ("N, K, T", f"{p.N}, {p.K}, {p.T}"),
+        ("good clients, r, M", f"{p.n_good}, {p.r_good}, {p.M}"),
         ("attacks", ", ".join(p.attacks)),
         ("defences", ", ".join(p.defenses)),
-        ("weight rules (EMA coefficient)",
-         ", ".join(controller_label(c) for c in p.controllers) + f" ({p.ema_alpha})"),
-        ("r in the good clients' rule / the noise client's", f"{'stated' if p.known_r else 'estimated'}"
-         f" / {r_adv}"),
-        ("support s, trimming, colluders, targeted bits flipped",
-         f"{p.s}, {p.trim}, {p.n_colluders}, {p.flip_fraction}"),
-        ("new archetype", new),
-        ("seeds", f"{p.seeds}"),
+        ("weight rules", ", ".join(controller_label(c) for c in p.controllers)),
+        ("EMA coefficient", f"{p.ema_alpha}"),
+        ("r: good / noise client", f"{'stated' if p.known_r else 'estimated'} / {r_adv}"),
+        ("support s, trimming", f"{p.s}, {p.trim}"),
+        ("colluders", f"{p.n_colluders}"),
+        ("targeted: bits flipped", f"{p.flip_fraction}"),
     ]
-    return TitledTable("Setting", rows, ("parameter", "value"))
+    if p.t_new is None:
+        rows.append(("new archetype", "none"))
+    else:
+        rows += [("new archetype from", f"round {p.t_new}, client 0"),
+                 ("then one more client", f"every {p.spread} rounds")]
+    rows.append(("seeds", f"{p.seeds}"))
+    title = ("Setting (N dimension, K archetypes, T rounds, M examples per client and round; "
+             "an estimated r comes from the client's spectrum)")
+    return TitledTable(title, rows, ("parameter", "value"))
 
 
 def noise_client_table(res: AdversarialResult) -> Any:
@@ -908,8 +910,9 @@ def noise_client_table(res: AdversarialResult) -> Any:
         rows.append((controller_label(c), f"{s['good_weight_final_mean']:.3f}",
                      f"{s['attacker_weight_final_mean']:.3f}", f"{s['m_final']:.3f}",
                      f"{s['k_hat_final_mean']:.2f}", f"{s['spurious_final_mean']:.2f}"))
-    return TitledTable("The noise client against the plain mean (final round, mean over seeds)", rows,
-                       ("rule", "w, good clients", "w, noise client", "mean m", "K-hat", "spurious"))
+    return TitledTable("The noise client against the plain mean (final round, mean over seeds; "
+                       "w: weight of the good clients and of the noise client)", rows,
+                       ("rule", "w good", "w noise", "mean m", "K-hat", "spurious"))
 
 
 def noise_rule_table(rule: NoiseClientRule, w_own: np.ndarray, w_clamp: np.ndarray, T: int) -> Any:
@@ -926,26 +929,25 @@ def noise_rule_table(rule: NoiseClientRule, w_own: np.ndarray, w_clamp: np.ndarr
     rs, n = rule.r_values, rule.w_raw.shape[0]
     w_mean = rule.w_raw.mean(axis=0)
     all_zero = np.flatnonzero(np.all(rule.w_raw == 0, axis=0))
-    zero_txt = (f"every batch up to r = {rs[all_zero[-1]]:.3f}" if all_zero.size
-                else f"{np.sum(rule.w_raw[:, 0] == 0)} of {n} batches at r = {rs[0]:.3f}")
+    zero_txt = (f"all, r ≤ {rs[all_zero[-1]]:.3f}" if all_zero.size
+                else f"{np.sum(rule.w_raw[:, 0] == 0)} of {n}, r = {rs[0]:.3f}")
     q_raw = stats.chi2.cdf((1.0 - controller.h_min(0.01)) / rule.mean_pred, 1)
     rows = [
-        (f"mean 1 - H_AB of a noise batch ({n} batches)", f"{rule.one_minus_h_ab.mean():.3g}",
-         f"{rule.mean_pred:.3g}"),
-        ("r*", f"{rule.r_star:.4f} (from the mean)", f"{rule.r_star_pred:.4f}"),
-        (f"rule at r = {rs[0]:.3f}, 0.1, {rs[-1]:.1f} (mean)",
+        ("mean 1 - H_AB", f"{rule.one_minus_h_ab.mean():.3g}", f"{rule.mean_pred:.3g}"),
+        ("r* (from the mean)", f"{rule.r_star:.4f}", f"{rule.r_star_pred:.4f}"),
+        (f"rule at r = {rs[0]:.3f}, 0.1, {rs[-1]:.1f}",
          f"{w_mean[0]:.3f}, {w_mean[np.argmin(abs(rs - 0.1))]:.3f}, {w_mean[-1]:.3f}", ""),
-        ("rule is 0 for", zero_txt, ""),
-        ("mean rule >= 0.9 from", f"r = {rs[np.flatnonzero(w_mean >= 0.9)[0]]:.3f}", ""),
-        (f"attacker's w after T = {T} rounds, own r = 0.01 (per seed)",
-         " ".join(f"{x:.4f}" for x in np.round(w_own, 4)), f"{0.5 ** (T - 1):.4f} (EMA of zeros)"),
-        ("a round's raw weight > 0 (own r = 0.01)", f"{np.sum(w_own > 0.1)} of {w_own.size} seeds end "
-         "above 0.1", f"probability {q_raw:.3f} per round"),
-        ("attacker's w, estimated r clamped at 0.1 (per seed)",
-         " ".join(f"{x:.3f}" for x in np.round(w_clamp, 3)), ""),
+        ("batches with rule 0", zero_txt, ""),
+        ("mean rule ≥ 0.9 from", f"r = {rs[np.flatnonzero(w_mean >= 0.9)[0]]:.3f}", ""),
+        ("w, own r = 0.01", " ".join(f"{x:.4f}" for x in np.round(w_own, 4)), f"{0.5 ** (T - 1):.4f}"),
+        ("seeds ending w > 0.1", f"{np.sum(w_own > 0.1)} of {w_own.size}", f"p = {q_raw:.3f} a round"),
+        ("w, r clamped at 0.1", " ".join(f"{x:.3f}" for x in np.round(w_clamp, 3)), ""),
     ]
-    return TitledTable(f"The paper's rule on a noise client, N = {rule.N}, M = {rule.M}", rows,
-                       ("quantity", "measured", "predicted"))
+    title = (f"The paper's rule on a noise client, N = {rule.N}, M = {rule.M} ({n} noise batches; "
+             f"rule: mean over batches; w: the attacker's weight after T = {T} rounds per seed, "
+             "predicted for an EMA of zeros; seeds ending w > 0.1 with its own r = 0.01, predicted: "
+             "probability of a raw weight > 0 in a round)")
+    return TitledTable(title, rows, ("quantity", "measured", "predicted"))
 
 
 def grid_table(res: AdversarialResult, controller: Any) -> Any:
@@ -965,15 +967,17 @@ def grid_table(res: AdversarialResult, controller: Any) -> Any:
                     if "fake_final_fraction" in s else "—")
             rows.append((a, d, f"{s['m_final']:.2f} ({s['m_min_final']:.2f})",
                          f"{s['spurious_final_mean']:.1f} ({s['spurious_max']})", fake, _latency(s)))
-    title = f"{controller_label(controller)}: {len(rows)} runs, {p.seeds} seeds"
-    return TitledTable(title, rows, ("attack", "defence", "m (min)", "spurious final (max)",
-                                     "fake stored final / any", "new archetype: latency (stored)"))
+    title = (f"{controller_label(controller)}: {len(rows)} runs, {p.seeds} seeds (final round, means "
+             "over seeds: m of the old archetypes (minimum); spurious patterns (maximum over rounds); "
+             "fake stored at the final / any round; the new archetype's latency in rounds "
+             "(% of seeds storing it))")
+    return TitledTable(title, rows, ("attack", "defence", "m (min)", "spurious", "fake", "latency"))
 
 
 def support_table(res: AdversarialResult) -> Any:
     """The single poisoners (poison, hidden, targeted) against the support test, per rule, and
     without a defence (either rule); ``None`` if ``"support"`` was not run."""
-    from fedlam.experiments._common import TitledTable, controller_label
+    from fedlam.experiments._common import TitledTable
 
     p = _check_result(res, AdversarialResult).params
     if "support" not in p.defenses:
@@ -985,15 +989,16 @@ def support_table(res: AdversarialResult) -> Any:
         for a in single:
             s = res.summary[f"{a}/support/{c}"]
             sp = int(res.spurious[:, p.attacks.index(a), D, C[c]].max())
-            rows.append(("support", a, controller_label(c), f"{100 * s['fake_any_fraction']:.0f}%",
+            rows.append(("support", a, str(c), f"{100 * s['fake_any_fraction']:.0f}%",
                          str(sp), f"{s['m_min_final']:.2f}"))
     if "none" in p.defenses:
         for a in single:
             f = max(res.summary[f"{a}/none/{c}"]["fake_any_fraction"] for c in p.controllers)
             rows.append(("none", a, "either", f"{100 * f:.0f}%", "", ""))
-    return TitledTable("Single poisoners: the support test against no defence", rows,
-                       ("defence", "attack", "rule", "fake stored (% of seeds, any round)",
-                        "max spurious", "min m"))
+    return TitledTable("Single poisoners: the support test against no defence (rule: weight rule, "
+                       "paper = the paper's entropy rule, novelty = ours; fake: stored in % of seeds, "
+                       "any round; spurious: maximum)", rows,
+                       ("defence", "attack", "rule", "fake", "spurious", "min m"))
 
 
 def tradeoff_table(tres: TradeoffResult) -> Any:
@@ -1008,10 +1013,10 @@ def tradeoff_table(tres: TradeoffResult) -> Any:
             rows.append((sc, d, f"{100 * s['recovered_final']:.0f}%", f"{s['m_min_final']:.2f}",
                          str(s["spurious_max"]), _latency(s)))
     title = (f"Honest federations (N = {p.N}, M = {p.M}, T = {p.T}, L = {p.L}, K = {p.K}; "
-             f"{controller_label(p.controller)}; seeds: {p.seeds})")
-    return TitledTable(title, rows,
-                       ("scenario", "defence", "stored (m >= 0.95)", "min m", "spurious (max)",
-                        "novelty latency (stored)"))
+             f"{controller_label(p.controller)}; seeds: {p.seeds}; stored: archetypes with "
+             "m ≥ 0.95; spurious: maximum; latency of the new archetype in rounds (% of seeds "
+             "storing it))")
+    return TitledTable(title, rows, ("scenario", "defence", "stored", "min m", "spurious", "latency"))
 
 
 def choice_of_s_table(tres: TradeoffResult) -> Any:
@@ -1024,9 +1029,9 @@ def choice_of_s_table(tres: TradeoffResult) -> Any:
     hold = np.round(100 * np.nanmean(tres.holders_recovered, axis=0), 0)
     rows = [(f"{s}", *(f"{x:.0f}%" for x in fake[i]), *(f"{x:.0f}%" for x in hold[i]))
             for i, s in enumerate(p.s_values)]
-    header = ("s", *(f"fake stored, {k} colluders" for k in p.colluders),
-              *(f"stored, {h} holders" for h in (1, 2, 3)))
-    return TitledTable("The support threshold s (% of seeds)", rows, header)
+    header = ("s", *(f"fake, k = {k}" for k in p.colluders), *(f"h = {h}" for h in (1, 2, 3)))
+    return TitledTable("The support threshold s (% of seeds): a fake stored against k colluders; "
+                       "an archetype stored when h clients hold it", rows, header)
 
 
 def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
@@ -1039,23 +1044,24 @@ def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
     rows = []
     if "noise" in p.attacks and "none" in p.defenses:
         s = res.summary[f"noise/none/{c}"]
-        rows.append(("attacker weight, paper's entropy rule", "→ 0 within ~10 rounds",
-                     f"{s['attacker_weight_final_mean']:.2f} at the last round with the estimated r "
-                     f"(clamped at 0.1); {np.mean(w_own):.4f} with the attacker's own r = 0.01"))
-        rows.append(("good-client weight, paper's entropy rule", "0.4–0.6",
-                     f"{s['good_weight_final_mean']:.2f}"))
-        rows.append(("mean magnetization, one noise client", "⟨m⟩ ≳ 0.7 (caption), > 0.8 (text)",
-                     f"{s['m_final']:.2f}"))
+        rows.append(("attacker's w, r estimated", "→ 0 in ~10 rounds",
+                     f"{s['attacker_weight_final_mean']:.2f}"))
+        rows.append(("attacker's w, own r = 0.01", "→ 0 in ~10 rounds", f"{np.mean(w_own):.4f}"))
+        rows.append(("good clients' w", "0.4–0.6", f"{s['good_weight_final_mean']:.2f}"))
+        rows.append(("mean m, noise client", "≳ 0.7 / > 0.8", f"{s['m_final']:.2f}"))
     for a in ("poison", "hidden", "collude", "targeted"):
         if a in p.attacks and "none" in p.defenses:
             s = res.summary[f"{a}/none/{c}"]
-            line = f"fake stored in {100 * s['fake_any_fraction']:.0f}% of seeds"
+            line = f"{100 * s['fake_any_fraction']:.0f}%"
             if "support" in p.defenses:
                 s2 = res.summary[f"{a}/support/{c}"]
-                line += f"; with the support test {100 * s2['fake_any_fraction']:.0f}%"
-            rows.append((f"robustness to a client that uploads '{a}'",
-                         "robust (the claim covers only noise)", line))
-    return TitledTable("Paper versus measured", rows, ("quantity", "paper reports", "we measure"))
+                line += f" / {100 * s2['fake_any_fraction']:.0f}%"
+            rows.append((f"fake stored, {a}", "robust", line))
+    title = ("Paper versus measured (the paper's entropy rule, last round; w: weight, the attacker's "
+             "r estimated from its spectrum and clamped at 0.1, or its own; mean m: caption / text "
+             "of the paper; fake stored: % of seeds, any round, without / with the support test; "
+             "the paper's robustness claim covers only the noise client)")
+    return TitledTable(title, rows, ("quantity", "paper", "measured"))
 
 
 def near_copy_table(sweep: NearCopySweep) -> Any:
@@ -1065,10 +1071,15 @@ def near_copy_table(sweep: NearCopySweep) -> Any:
     from fedlam.experiments._common import TitledTable
 
     sweep = _check_result(sweep, NearCopySweep, "sweep")
-    rows = [(f"{m:.3f}", f"{sweep.one_shot[i].min():.3f}", str(bool(sweep.one_shot_copy[i].any())),
+
+    def yes(x: Any) -> str:
+        return "yes" if bool(x.any()) else "no"
+
+    rows = [(f"{m:.3f}", f"{sweep.one_shot[i].min():.3f}", yes(sweep.one_shot_copy[i]),
              f"{sweep.federation[i].min():.3f}", f"{sweep.federation_min[i].min():.3f}",
-             str(bool(sweep.federation_copy[i].any())))
+             yes(sweep.federation_copy[i]))
             for i, m in enumerate(sweep.m_values)]
-    return TitledTable("A near-copy of archetype 0 against the support test", rows,
-                       ("copy's m", "one shot: min m", "copy stored", "federation: final min m",
-                        "min m over rounds", "copy stored (any round)"))
+    return TitledTable("A near-copy of archetype 0 against the support test (smallest "
+                       "magnetization of any archetype: one shot, in the federation at the last "
+                       "round and over rounds; stored: the copy, in any round)", rows,
+                       ("copy's m", "one shot", "stored", "federation", "over rounds", "stored"))

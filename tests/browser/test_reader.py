@@ -105,7 +105,6 @@ _EX = "book/experiments/"
 _LAYOUT = ("code_lines", "cell_lines", "checks_visible", "long_lines")
 _TABLES = ("tables_unwrapped",)
 KNOWN_NONCOMPLIANT: dict[str, tuple[str, ...]] = {
-    _EX + "adversarial.html": _TABLES,  # 125 result-table cells wrap
 }
 
 
