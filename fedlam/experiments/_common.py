@@ -298,3 +298,40 @@ class TitledTable:
 
     def __repr__(self) -> str:
         return self._repr_markdown_()
+
+
+def acceptance_table(res: Any, fresh: Any, result_type: type[Any], final_m: Any, final_m_label: str) -> Any:
+    """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
+
+    Shared by :func:`fedlam.experiments.drift.acceptance_table` and
+    :func:`fedlam.experiments.novelty.acceptance_table`. ``res`` and ``fresh`` are results of
+    ``result_type`` with ``acceptance="paper"`` and ``"fresh"``, the same setting and seeds;
+    ``fresh``'s rules must be among ``res``'s. ``final_m(mag)`` formats the final
+    magnetizations ``mag`` (seeds, K) of one rule, described in the title by ``final_m_label``.
+    The fresh acceptance is derived in {ref}`sec-robust-fresh`.
+    """
+    if not isinstance(fresh, result_type):
+        raise TypeError(f"fresh must be a {result_type.__name__}, got {type(fresh).__name__}")
+    p, pf = res.params, fresh.params
+    if p.acceptance != "paper" or pf.acceptance != "fresh":
+        raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
+                         f"{p.acceptance!r} and {pf.acceptance!r}")
+    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
+        raise ValueError("fresh must have the setting of res (only controllers and acceptance "
+                         f"may differ), got {pf} against {p}")
+    missing = [c for c in pf.controllers if c not in p.controllers]
+    if missing:
+        raise ValueError(f"fresh's rules must be among res's {p.controllers}, got {missing}")
+    rows = []
+    for c in pf.controllers:
+        for r in (res, fresh):
+            i = r.params.controllers.index(c)
+            sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]
+            rows.append((controller_label(c), r.params.acceptance,
+                         f"{sp.mean():.2f} ({sp.max()})", f"{r.k_hat[:, i, -1].mean():.2f}",
+                         final_m(mag[:, -1]), f"{mag[:, -1].min(axis=1).mean():.2f}", f"{mag.mean():.3f}"))
+    return TitledTable("The paper's acceptance and the fresh acceptance: final spurious patterns "
+                       f"(mean over seeds, most in one seed), final K-hat, {final_m_label}, "
+                       "final lowest m and time-averaged m (means over seeds)", rows,
+                       ("rule", "acceptance", "spurious", "K-hat", "final m", "min m",
+                        "time-avg. m"))

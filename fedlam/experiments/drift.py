@@ -27,6 +27,9 @@ from fedlam.experiments._common import (
     seed_pairs,
 )
 from fedlam.experiments._common import (
+    acceptance_table as _acceptance_table,
+)
+from fedlam.experiments._common import (
     make_params as _make_params,
 )
 from fedlam.experiments._executor import map_seeds
@@ -360,31 +363,6 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
         derived in {ref}`sec-robust-fresh`.
     """
     res = _check_result(res)
-    if not isinstance(fresh, DriftResult):
-        raise TypeError(f"fresh must be a DriftResult, got {type(fresh).__name__}")
-    p, pf = res.params, fresh.params
-    if p.acceptance != "paper" or pf.acceptance != "fresh":
-        raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
-                         f"{p.acceptance!r} and {pf.acceptance!r}")
-    import dataclasses
-
-    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
-        raise ValueError("fresh must have the setting of res (only controllers and acceptance "
-                         f"may differ), got {pf} against {p}")
-    missing = [c for c in pf.controllers if c not in p.controllers]
-    if missing:
-        raise ValueError(f"fresh's rules must be among res's {p.controllers}, got {missing}")
-    rows = []
-    for c in pf.controllers:
-        for r in (res, fresh):
-            i = r.params.controllers.index(c)
-            sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]
-            rows.append((controller_label(c), r.params.acceptance,
-                         f"{sp.mean():.2f} ({sp.max()})", f"{r.k_hat[:, i, -1].mean():.2f}",
-                         " ".join(f"{x:.2f}" for x in mag[:, -1].mean(axis=0)),
-                         f"{mag[:, -1].min(axis=1).mean():.2f}", f"{mag.mean():.3f}"))
-    return TitledTable("The paper's acceptance and the fresh acceptance: final spurious patterns "
-                       "(mean over seeds, most in one seed), final K-hat, final m per archetype, "
-                       "final lowest m and time-averaged m (means over seeds)", rows,
-                       ("rule", "acceptance", "spurious", "K-hat", "final m", "min m",
-                        "time-avg. m"))
+    return _acceptance_table(res, fresh, DriftResult,
+                             lambda m: " ".join(f"{x:.2f}" for x in m.mean(axis=0)),
+                             "final m per archetype")

@@ -28,6 +28,9 @@ from fedlam.experiments._common import (
     seed_pairs,
 )
 from fedlam.experiments._common import (
+    acceptance_table as _acceptance_table,
+)
+from fedlam.experiments._common import (
     make_params as _make_params,
 )
 from fedlam.experiments._executor import map_seeds
@@ -401,32 +404,7 @@ def acceptance_table(res: NoveltyResult, fresh: NoveltyResult) -> Any:
         acceptance is derived in {ref}`sec-robust-fresh`.
     """
     res = _check_result(res)
-    if not isinstance(fresh, NoveltyResult):
-        raise TypeError(f"fresh must be a NoveltyResult, got {type(fresh).__name__}")
-    p, pf = res.params, fresh.params
-    if p.acceptance != "paper" or pf.acceptance != "fresh":
-        raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
-                         f"{p.acceptance!r} and {pf.acceptance!r}")
-    import dataclasses
-
-    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
-        raise ValueError("fresh must have the setting of res (only controllers and acceptance "
-                         f"may differ), got {pf} against {p}")
-    missing = [c for c in pf.controllers if c not in p.controllers]
-    if missing:
-        raise ValueError(f"fresh's rules must be among res's {p.controllers}, got {missing}")
-    Ko = p.K_old
-    rows = []
-    for c in pf.controllers:
-        for r in (res, fresh):
-            i = r.params.controllers.index(c)
-            sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]
-            rows.append((controller_label(c), r.params.acceptance,
-                         f"{sp.mean():.2f} ({sp.max()})", f"{r.k_hat[:, i, -1].mean():.2f}",
-                         f"{mag[:, -1, :Ko].mean():.2f}/{mag[:, -1, Ko:].mean():.2f}",
-                         f"{mag[:, -1].min(axis=1).mean():.2f}", f"{mag.mean():.3f}"))
-    return TitledTable("The paper's acceptance and the fresh acceptance: final spurious patterns "
-                       "(mean over seeds, most in one seed), final K-hat, final m of the old/new "
-                       "archetypes, final lowest m and time-averaged m (means over seeds)", rows,
-                       ("rule", "acceptance", "spurious", "K-hat", "final m", "min m",
-                        "time-avg. m"))
+    Ko = res.params.K_old
+    return _acceptance_table(res, fresh, NoveltyResult,
+                             lambda m: f"{m[:, :Ko].mean():.2f}/{m[:, Ko:].mean():.2f}",
+                             "final m of the old/new archetypes")
