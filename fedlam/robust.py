@@ -1239,17 +1239,12 @@ def aggregate(
     name, p = check_defense(defense, params, L)
     om = _check_weights(weights, L)
     broadcast = _check_broadcast(broadcast, N)
-    if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2 or start.shape[0] != N
-                              or not np.issubdtype(start.dtype, np.floating) or not np.all(np.isfinite(start))):
-        raise ValueError(f"start must be a finite float (N, j) array with N = {N}, got {_describe(start)}")
+    _check_start(start, N)
     if name is None or name == "support":
-        comps, v = khat.components_from_uploads(list(uploads), om, N)
-        J = mean_aggregate(ops, om)
         if name is None:
-            return RobustAggregate(J, comps, v, None, {"defense": None})
-        J2, spec, det = _support_clean(J, uploads, ops, comps, v, broadcast, N, p, start)
-        det["defense"] = "support"
-        return RobustAggregate(J2, comps, v, spec, det)
+            comps, v = khat.components_from_uploads(list(uploads), om, N)
+            return RobustAggregate(mean_aggregate(ops, om), comps, v, None, {"defense": None})
+        return _supported_mean(uploads, ops, om, broadcast, N, p, start, None, defense="support")
     if name in ("median", "trimmed"):
         if not np.allclose(om, 1.0 / L, rtol=0.0, atol=1e-12):
             raise ValueError(f"defense={name!r} is an unweighted estimator: weights must be None or uniform, "
@@ -1378,14 +1373,9 @@ def fresh_aggregate(
     _, p = check_defense("support", {"s": s}, len(ops))
     om = _check_weights(weights, len(ops))
     broadcast = _check_broadcast(broadcast, N)
-    if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2 or start.shape[0] != N
-                              or not np.issubdtype(start.dtype, np.floating) or not np.all(np.isfinite(start))):
-        raise ValueError(f"start must be a finite float (N, j) array with N = {N}, got {_describe(start)}")
-    comps, v = khat.components_from_uploads(list(uploads), om, N)
-    J = mean_aggregate(ops, om)
-    J2, spec, det = _support_clean(J, uploads, ops, comps, v, broadcast, N, p, start, memory_span(broadcast))
-    det.update(defense=None, acceptance="fresh", s=s)
-    return RobustAggregate(J2, comps, v, spec, det)
+    _check_start(start, N)
+    return _supported_mean(uploads, ops, om, broadcast, N, p, start, memory_span(broadcast),
+                           defense=None, acceptance="fresh", s=s)
 
 
 def _median_excess_var(J: np.ndarray, comps: Sequence[khat.Component], k: int) -> float:
@@ -1408,6 +1398,27 @@ def _median_excess_var(J: np.ndarray, comps: Sequence[khat.Component], k: int) -
     var = ss / n_b - (tr / n_b) ** 2
     v_mp = float(sum(c.scale * c.scale * c.ratio for c in comps))
     return max(0.0, var - v_mp)
+
+
+def _check_start(start: Any, N: int) -> None:
+    """Refuse a warm start that is not a finite float (N, j) array."""
+    if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2 or start.shape[0] != N
+                              or not np.issubdtype(start.dtype, np.floating) or not np.all(np.isfinite(start))):
+        raise ValueError(f"start must be a finite float (N, j) array with N = {N}, got {_describe(start)}")
+
+
+def _supported_mean(uploads: Sequence[Any], ops: Sequence[np.ndarray], om: np.ndarray,
+                    broadcast: np.ndarray | None, N: int, p: dict[str, Any], start: np.ndarray | None,
+                    memory: np.ndarray | None, **details: Any) -> RobustAggregate:
+    """The weighted mean with the directions the support test does not carry flattened: the
+    aggregate of ``defense="support"`` and of the fresh acceptance (``memory``: the stored span
+    whose other directions count ``s - 1`` votes, None for the defence); ``details`` are added to
+    the cleaning's details."""
+    comps, v = khat.components_from_uploads(list(uploads), om, N)
+    J2, spec, det = _support_clean(mean_aggregate(ops, om), uploads, ops, comps, v, broadcast, N, p, start,
+                                   memory)
+    det.update(details)
+    return RobustAggregate(J2, comps, v, spec, det)
 
 
 def _robust_components(uploads: Sequence[Any], N: int) -> tuple[list, float]:
