@@ -175,14 +175,15 @@ def test_drift_shapes():
     np.testing.assert_allclose(res.weights[:, 0, 1:], 0.0)
 
 
+@pytest.mark.parametrize("params_cls", [drift.DriftParams, novelty.NoveltyParams], ids=["drift", "novelty"])
 @pytest.mark.parametrize("value", ["support", None, 1])
-def test_drift_acceptance_refused_as_run_federation_refuses(value):
+def test_acceptance_refused_as_run_federation_refuses(params_cls, value):
     from fedlam import federation
 
     with pytest.raises((TypeError, ValueError)) as ref:
         federation.Server(acceptance=value)
     with pytest.raises(ref.type, match="acceptance") as got:
-        drift.DriftParams(acceptance=value)
+        params_cls(acceptance=value)
     assert str(got.value) == str(ref.value)
 
 
@@ -228,17 +229,6 @@ def test_novelty_shapes_and_latency_helper():
     assert res.latency_k.shape == (p.seeds, 1)
     assert novelty.first_round(np.array([False, True, False, True]), 2) == 1.0
     assert np.isnan(novelty.first_round(np.array([True, False]), 1))
-
-
-@pytest.mark.parametrize("value", ["support", None, 1])
-def test_novelty_acceptance_refused_as_run_federation_refuses(value):
-    from fedlam import federation
-
-    with pytest.raises((TypeError, ValueError)) as ref:
-        federation.Server(acceptance=value)
-    with pytest.raises(ref.type, match="acceptance") as got:
-        novelty.NoveltyParams(acceptance=value)
-    assert str(got.value) == str(ref.value)
 
 
 def test_novelty_acceptance_reaches_the_server_and_table():
