@@ -57,14 +57,28 @@ from ._validation import (
 )
 from .protocol import DataSource, SyntheticSource, Upload
 
-__all__ = ["ACCEPTANCES", "CLIENT_KINDS", "K_RULES", "ClientSpec", "Client", "Server", "RoundResult", "History",
-           "PrivacyMechanism", "run_federation"]
+__all__ = ["ACCEPTANCES", "default_acceptance", "CLIENT_KINDS", "K_RULES", "ClientSpec", "Client", "Server",
+           "RoundResult", "History", "PrivacyMechanism", "run_federation"]
 
 CLIENT_KINDS = ("honest", "noise", "poison", "flip")
 #: how the server admits patterns into its memory: the paper's (whatever the aggregate's
 #: factorization accepts) or "fresh" (only directions that at least two uploads' fresh parts
 #: certify, or that are already stored; see :class:`Server`)
 ACCEPTANCES = ("paper", "fresh")
+
+
+def default_acceptance(*, secure: bool = False, defense: str | None = None, client_privacy: Any = None) -> str:
+    """The acceptance a :class:`Server` runs when none is given.
+
+    ``"fresh"`` when the server sees every upload (no secure aggregation, no client-level DP)
+    and runs without a defence or with ``defense="support"``; ``"paper"`` otherwise: the
+    server then holds only the sum, or (``"median"``, ``"trimmed"``) the defence already
+    counts only what a strict majority of uploads certifies. Derived in {ref}`sec-robust-fresh`.
+    """
+    if secure or client_privacy is not None or defense not in (None, "support"):
+        return "paper"
+    return "fresh"
+
 #: K-hat rules of the server: per-client scalars (default), a fit of every upload's bulk
 K_RULES = ("scalars", "fit")
 #: largest number of rounds run_federation accepts (refused before any work)
@@ -378,9 +392,16 @@ class Server:
         (``k_rule`` must be ``"scalars"``; a negated upload cannot be recognised).
     defense, defense_params
         A server defence of :mod:`fedlam.robust` and its parameters (None: the plain mean).
-    acceptance : {"paper", "fresh"}
-        ``"paper"`` (default): the memory is whatever the factorization of the aggregate
-        accepts. ``"fresh"`` (:func:`fedlam.robust.fresh_aggregate`): before the factorization,
+    acceptance : {"fresh", "paper"} or None
+        None (default): ``"fresh"`` wherever the server can certify, i.e. it sees every upload
+        (no secure aggregation, no client-level DP) and runs without a defence or with
+        ``defense="support"``; otherwise ``"paper"`` (under secure aggregation or client-level
+        DP the server holds only the sum, and ``defense="median"``/``"trimmed"`` count only the
+        directions a strict majority of uploads certifies, :func:`fedlam.robust.majority_spike_count`).
+        The resolved value is :attr:`acceptance`. ``"paper"``: the memory is whatever the
+        factorization of the aggregate accepts (the paper's server; a noisy duplicate of a stored
+        pattern, a lone poisoner's fake can enter). ``"fresh"``
+        (:func:`fedlam.robust.fresh_aggregate`): before the factorization,
         every detected direction of the aggregate is certified against the uploads' *fresh
         parts* (each upload minus the broadcast it blended: the client's new evidence, never the
         server's own broadcast) by the support test of :mod:`fedlam.robust` with a quorum of
@@ -407,7 +428,7 @@ class Server:
     def __init__(self, aggregation: str | np.ndarray = "equal", lam_params: dict | None = None, *,
                  k_rule: str = "scalars", secure: bool = False, defense: str | None = None,
                  defense_params: dict | None = None, client_privacy: Any = None,
-                 acceptance: str = "paper") -> None:
+                 acceptance: str | None = None) -> None:
         if isinstance(aggregation, str):
             check_choice(aggregation, "aggregation", ("equal", "batch"))
         elif not isinstance(aggregation, np.ndarray):
@@ -439,6 +460,9 @@ class Server:
                              f"defense={defense!r}")
         #: client-level DP (fedlam.privacy.ClientLevelMechanism): noise on the mean, reports counted
         self.client_privacy = client_privacy
+        if acceptance is None:
+            acceptance = default_acceptance(secure=secure, defense=self.defense, client_privacy=client_privacy)
+        #: the resolved acceptance, "fresh" or "paper"
         self.acceptance = check_choice(acceptance, "acceptance", ACCEPTANCES)
         if self.acceptance == "fresh":
             if secure:
@@ -458,7 +482,7 @@ class Server:
         return self.defense is not None or self.acceptance == "fresh"
     def __repr__(self) -> str:
         agg = self.aggregation if isinstance(self.aggregation, str) else "fixed"
-        acc = "" if self.acceptance == "paper" else f", acceptance={self.acceptance!r}"
+        acc = f", acceptance={self.acceptance!r}"
         return (f"Server(aggregation={agg!r}, k_rule={self.k_rule!r}, secure={self.secure}, "
                 f"lam_params={self.lam_params}{acc})")
 
@@ -855,7 +879,7 @@ def run_federation(
     participation: Any = None,
     defense: str | None = None,
     defense_params: dict | None = None,
-    acceptance: str = "paper",
+    acceptance: str | None = None,
 ) -> History:
     """Run T rounds of the federated protocol and record everything per round.
 
@@ -922,12 +946,13 @@ def run_federation(
         every round.
     defense, defense_params
         Server defence (:class:`Server`, :mod:`fedlam.robust`).
-    acceptance : {"paper", "fresh"}
-        How the server admits patterns into its memory (:class:`Server`): ``"paper"``
-        (default) stores whatever the factorization of the aggregate accepts; ``"fresh"``
-        admits only directions that the fresh parts of at least two of the round's uploads
-        certify (all answering uploads if fewer; see :func:`fedlam.robust.fresh_aggregate`) and
-        keeps what is stored, so one poisoner or a near-copy of an archetype cannot write into
+    acceptance : {"fresh", "paper"} or None
+        How the server admits patterns into its memory (:class:`Server`; None, the default:
+        ``"fresh"`` wherever the server sees every upload and runs no median/trimmed defence,
+        :func:`default_acceptance`). ``"paper"`` stores whatever the factorization of the
+        aggregate accepts; ``"fresh"`` admits only directions that the fresh parts of at least
+        two of the round's uploads certify (all answering uploads if fewer; see
+        :func:`fedlam.robust.fresh_aggregate`) and keeps what is stored, so one poisoner or a near-copy of an archetype cannot write into
         the memory, at the price of admitting a new archetype only once two clients see it.
 
     Returns

@@ -343,7 +343,29 @@ def test_acceptance_argument_checks():
         F.Server(acceptance="fresh", secure=True)
     with pytest.raises(ValueError, match="defense='median'"):
         F.Server(acceptance="fresh", defense="median")
-    assert F.Server().acceptance == "paper" and F.Server(acceptance="fresh", defense="support").needs_uploads
+    assert F.Server(acceptance="fresh", defense="support").needs_uploads
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({}, "fresh"), ({"defense": "support"}, "fresh"), ({"defense": "median"}, "paper"),
+    ({"defense": "trimmed"}, "paper"), ({"secure": True}, "paper"),
+    ({"client_privacy": "client-level"}, "paper"), ({"acceptance": "paper"}, "paper"),
+])
+def test_default_acceptance_is_fresh_wherever_the_server_sees_every_upload(kw, expected):
+    """Issue 18 item 2: certification against fresh data is the default; the server falls back
+    to the paper's acceptance only where it cannot certify (it holds only the sum) or where the
+    defence already counts by majority."""
+    from fedlam import privacy
+
+    if kw.get("client_privacy") == "client-level":
+        kw = {"client_privacy": privacy.ClientLevelMechanism(1.0, 5.0, 1e-5)}
+    server = F.Server(**kw)
+    assert server.acceptance == expected
+    assert F.default_acceptance(secure=server.secure, defense=server.defense,
+                                client_privacy=server.client_privacy) == (
+        expected if "acceptance" not in kw else "fresh")
+    assert server.needs_uploads == (expected == "fresh" or server.defense is not None)
+    assert f"acceptance={expected!r}" in repr(server)
 
 
 def test_fresh_acceptance_keeps_a_stored_archetype_nobody_holds_now():

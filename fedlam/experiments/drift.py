@@ -69,10 +69,10 @@ class DriftParams:
         Whether clients' controllers use the true r (False: estimated from their own spectrum).
     seeds : int
         Independent repetitions (our choice: 10 at the paper preset).
-    acceptance : {"paper", "fresh"}
+    acceptance : {"fresh", "paper"}
         How the server admits patterns into its memory (``run_federation``'s option):
-        ``"paper"`` (default) stores whatever the factorization accepts, ``"fresh"`` only
-        directions the fresh parts of two uploads certify. Derived in {ref}`sec-robust-fresh`.
+        ``"fresh"`` (default, the library's default here) only directions the fresh parts of
+        two uploads certify, ``"paper"`` whatever the factorization accepts. Derived in {ref}`sec-robust-fresh`.
     """
 
     N: int = 400
@@ -86,7 +86,7 @@ class DriftParams:
     ema_alpha: float = 0.5
     known_r: bool = False
     seeds: int = 10
-    acceptance: str = "paper"
+    acceptance: str = "fresh"
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)

@@ -71,10 +71,10 @@ class NoveltyParams:
         Flow time of the sharpening used for the spectral-gap diagnostic (the LAM default, 2).
     seeds : int
         Independent repetitions.
-    acceptance : {"paper", "fresh"}
+    acceptance : {"fresh", "paper"}
         How the server admits patterns into its memory (``run_federation``'s option):
-        ``"paper"`` (default) stores whatever the factorization accepts, ``"fresh"`` only
-        directions the fresh parts of two uploads certify. Derived in {ref}`sec-robust-fresh`.
+        ``"fresh"`` (default, the library's default here) only directions the fresh parts of
+        two uploads certify, ``"paper"`` whatever the factorization accepts. Derived in {ref}`sec-robust-fresh`.
     """
 
     N: int = 400
@@ -91,7 +91,7 @@ class NoveltyParams:
     known_r: bool = False
     dream_time: float = 2.0
     seeds: int = 30
-    acceptance: str = "paper"
+    acceptance: str = "fresh"
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lam-params", default="{}", help="JSON options of fedlam.lam.factorize")
     a("--defense", default=None, help="server defence (fedlam.robust), passed as Server(defense=...)")
     a("--server-options", default="{}", help="JSON keyword arguments of fedlam.federation.Server "
-      "(k_rule, secure, defense, defense_params)")
+      "(k_rule, secure, defense, defense_params, acceptance)")
     a("--privacy", default=None,
       help="JSON privacy mechanism of every client, e.g. '{\"epsilon\": 2, \"delta\": 1e-5}' (the keyword "
       "arguments of fedlam.privacy.GaussianMechanism, or a \"factory\" naming another fedlam callable)")
@@ -131,7 +131,7 @@ def _finite(x: float) -> bool:
 
 #: keyword options of fedlam.federation.Server that --server-options may set (aggregation and
 #: lam_params have their own flags)
-SERVER_OPTIONS = ("k_rule", "secure", "defense", "defense_params")
+SERVER_OPTIONS = ("k_rule", "secure", "defense", "defense_params", "acceptance")
 #: keyword options of fedlam.federation.Client that --client-options may set (kind, r and N come
 #: from each site's node config)
 CLIENT_OPTIONS = ("privacy", "behaviour")
