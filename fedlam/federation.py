@@ -952,8 +952,9 @@ def run_federation(
         :func:`default_acceptance`). ``"paper"`` stores whatever the factorization of the
         aggregate accepts; ``"fresh"`` admits only directions that the fresh parts of at least
         two of the round's uploads certify (all answering uploads if fewer; see
-        :func:`fedlam.robust.fresh_aggregate`) and keeps what is stored, so one poisoner or a near-copy of an archetype cannot write into
-        the memory, at the price of admitting a new archetype only once two clients see it.
+        :func:`fedlam.robust.fresh_aggregate`) and keeps what is stored, so one poisoner or a
+        near-copy of an archetype cannot write into the memory, at the price of admitting a new
+        archetype only once two clients see it.
 
     Returns
     -------
