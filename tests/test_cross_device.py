@@ -242,14 +242,19 @@ def test_kurtosis_edge_shift_places_the_top_of_pooled_pm1_noise():
 
 def test_fit_rule_fails_on_small_uploads_scalars_do_not():
     """One round of 60 clients x 6 examples (N = 200, K = 3): a 6-example upload has no bulk, the
-    per-upload fit reads it as 6 spikes and K-hat hits the cap N/4; the scalar edge gives K."""
+    per-upload fit reads it as 6 spikes and K-hat hits the cap N/4 (with the paper's acceptance);
+    the scalar edge gives K. The default fresh acceptance certifies every detected direction against
+    the uploads and keeps only the K archetypes' even after the fit rule's over-count."""
     N, K, L, Mc = 200, 3, 60, 6
     xi = data.random_archetypes(K, N, 7)
     specs = [F.ClientSpec(r=0.8, M=Mc, mixture=m) for m in np.swapaxes(data.static_mixture(1, L, K), 0, 1)]
-    fit = xdev.federate(xi, specs, 1, 2, k_rule="fit", time_rounds=False)
-    sc = xdev.federate(xi, specs, 1, 2, k_rule="scalars", time_rounds=False)
+    fit = xdev.federate(xi, specs, 1, 2, k_rule="fit", time_rounds=False, acceptance="paper")
+    for acc in ("paper", None):
+        sc = xdev.federate(xi, specs, 1, 2, k_rule="scalars", time_rounds=False, acceptance=acc)
+        assert sc.k_hat[0] == K and sc.spurious[0] == 0 and sc.magnetization.min() >= 0.95
     assert fit.k_hat[0] == N // 4 and fit.edge[0] == 0.0
-    assert sc.k_hat[0] == K and sc.spurious[0] == 0 and sc.magnetization.min() >= 0.95
+    fresh = xdev.federate(xi, specs, 1, 2, k_rule="fit", time_rounds=False)
+    assert fresh.k_hat[0] == K and fresh.spurious[0] == 0 and fresh.magnetization.min() >= 0.95
 
 
 @pytest.mark.slow

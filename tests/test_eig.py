@@ -150,7 +150,9 @@ def test_start_is_checked(spiked):
         lam.factorize(J, rng=0, start=np.full((600, 3), np.nan))
     ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
     with pytest.raises(ValueError, match="start must be a float"):
-        Server().round(ups, np.random.default_rng(0), start=np.ones(600))
+        Server(acceptance="paper").round(ups, np.random.default_rng(0), start=np.ones(600))
+    with pytest.raises(ValueError, match="start must be a finite float"):
+        Server().round(ups, np.random.default_rng(0), start=np.ones(600))  # the fresh acceptance
     with pytest.raises(ValueError, match="start must be a finite float"):
         robust.aggregate(ups, defense="support", start=np.ones((5, 2)))
 
@@ -182,8 +184,11 @@ def test_round_validates_once_and_names_the_bad_upload(spiked, monkeypatch):
 
     monkeypatch.setattr(fed, "check_operator", counting)
     monkeypatch.setattr(lam, "check_operator", counting)
-    Server().round(ups, np.random.default_rng(0))
+    Server(acceptance="paper").round(ups, np.random.default_rng(0))
     assert calls == ["aggregate"]  # one O(N^2) check per round, at the entry point
+    calls.clear()
+    Server().round(ups, np.random.default_rng(0))  # the fresh acceptance reads every upload: each once
+    assert calls == [f"uploads[{c}].operator" for c in range(3)]
     calls.clear()
     bad = ops[1].copy()
     bad[3, 5] += 1e-3

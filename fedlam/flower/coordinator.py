@@ -187,8 +187,14 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
     rng_server, rng_part = streams[L], streams[L + 1]
     from .site import instantiate
 
-    server = federation.Server(rc.aggregation, rc.lam_params,
-                               **{k: instantiate(v) for k, v in rc.server_options.items()})
+    server_kw = {k: instantiate(v) for k, v in rc.server_options.items()}
+    if server_kw.get("acceptance") is None:
+        # as run_federation: the clients' example-level privacy decides the default acceptance
+        server_kw["acceptance"] = federation.default_acceptance(
+            secure=server_kw.get("secure", False), defense=server_kw.get("defense"),
+            client_privacy=server_kw.get("client_privacy"),
+            privacy=instantiate(rc.client_options.get("privacy")))
+    server = federation.Server(rc.aggregation, rc.lam_params, **server_kw)
     T = rc.rounds
     hist: dict[str, Any] = {
         "config": rc.to_dict(), "L": L, "N": N, "K": None if xi is None else int(xi.shape[0]),
