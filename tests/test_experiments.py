@@ -188,7 +188,9 @@ def test_acceptance_refused_as_run_federation_refuses(params_cls, value):
 
 
 def test_drift_acceptance_reaches_the_server_and_table():
-    p = drift.DriftParams(**{**TINY[drift], "controllers": (0.0, "paper", "novelty"), "seeds": 2})
+    p = drift.DriftParams(**{**TINY[drift], "controllers": (0.0, "paper", "novelty"), "seeds": 2,
+                             "acceptance": "paper"})
+    assert drift.DriftParams().acceptance == "fresh"  # the default
     res = drift.run(p, 5)
     pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
     fresh = drift.run(pf, 5)
@@ -211,6 +213,11 @@ def test_drift_acceptance_reaches_the_server_and_table():
         assert row[3] == f"{r.k_hat[:, i, -1].mean():.2f}"
         assert row[5] == f"{r.magnetization[:, i, -1].min(axis=1).mean():.2f}"
         assert row[6] == f"{r.magnetization[:, i].mean():.3f}"
+    # the other way round (the book's pages): a default run of every rule beside a paper run
+    # of fewer rules shows the paper run's rules, with the same rows
+    all_fresh = drift.run(dataclasses.replace(p, acceptance="fresh"), 5)
+    res_nov = drift.run(dataclasses.replace(p, controllers=("novelty",)), 5)
+    assert drift.acceptance_table(res_nov, all_fresh).table.rows == rows
     with pytest.raises(ValueError, match="acceptance"):
         drift.acceptance_table(fresh, res)
     with pytest.raises(ValueError, match="setting"):
@@ -232,7 +239,9 @@ def test_novelty_shapes_and_latency_helper():
 
 
 def test_novelty_acceptance_reaches_the_server_and_table():
-    p = novelty.NoveltyParams(**{**TINY[novelty], "controllers": ("paper", "novelty"), "seeds": 2})
+    p = novelty.NoveltyParams(**{**TINY[novelty], "controllers": ("paper", "novelty"), "seeds": 2,
+                                 "acceptance": "paper"})
+    assert novelty.NoveltyParams().acceptance == "fresh"  # the default
     res = novelty.run(p, 5)
     pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
     fresh = novelty.run(pf, 5)
@@ -255,6 +264,9 @@ def test_novelty_acceptance_reaches_the_server_and_table():
         assert row[3] == f"{r.k_hat[:, i, -1].mean():.2f}"
         assert row[4] == f"{m[:, -1, :Ko].mean():.2f}/{m[:, -1, Ko:].mean():.2f}"
         assert row[5] == f"{m[:, -1].min(axis=1).mean():.2f}" and row[6] == f"{m.mean():.3f}"
+    all_fresh = novelty.run(dataclasses.replace(p, acceptance="fresh"), 5)
+    res_nov = novelty.run(dataclasses.replace(p, controllers=("novelty",)), 5)
+    assert novelty.acceptance_table(res_nov, all_fresh).table.rows == rows
     with pytest.raises(ValueError, match="acceptance"):
         novelty.acceptance_table(fresh, res)
     with pytest.raises(ValueError, match="setting"):

@@ -351,8 +351,9 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
     res : DriftResult
         A run with ``acceptance="paper"``.
     fresh : DriftResult
-        The same setting and seeds (same ``rng``) with ``acceptance="fresh"``; its rules must
-        be among ``res``'s.
+        The same setting and seeds (same ``rng``) with ``acceptance="fresh"`` (the default).
+        The rules of one run must be among the other's; the table shows the rules of the run
+        with fewer rules.
 
     Returns
     -------
