@@ -449,3 +449,63 @@ def test_comparison_table_html_and_markdown():
     assert t._repr_markdown_() == repr(t) and "| κ <b> |" in repr(t)
     t2 = comparison_table([("a", "b")], header=("x", "y"))
     assert "<th>x</th>" in t2._repr_html_()
+
+
+def test_drift_duplicate_eigenvalues_match_eigh():
+    from fedlam import data
+
+    xi = data.random_archetypes(1, 60, 3)
+    for flips in (1, 3, 12):
+        y = drift.flip_bits(xi[0], flips, flips)
+        m = float(xi[0].astype(float) @ y) / 60
+        assert m == 1 - 2 * flips / 60
+        for alpha, beta, c in ((0.2, 0.7, 0.01), (0.9, 0.7, 0.0), (0.5, 0.5, -0.1)):
+            lp, lm = drift.duplicate_eigenvalues(m, alpha, beta, c)
+            ev = np.linalg.eigvalsh(drift.copy_operator(xi[0], y, alpha, beta, c))[::-1]
+            np.testing.assert_allclose(ev[:2], [lp, lm], rtol=0, atol=1e-12)
+            np.testing.assert_allclose(ev[2:], c, rtol=0, atol=1e-12)
+            # the small-gap approximation of the second eigenvalue
+            assert abs(lm - c - alpha * beta / (alpha + beta) * (1 - m * m)) < 2 * (1 - m * m) ** 2
+    # one version alone, or two identical ones: no second direction
+    assert drift.duplicate_eigenvalues(0.8, 0.0, 0.7, 0.01)[1] == 0.01
+    assert drift.duplicate_eigenvalues(1.0, 0.3, 0.7, 0.0) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="m"):
+        drift.duplicate_eigenvalues(1.5, 0.3, 0.7)
+    with pytest.raises(ValueError, match="alpha"):
+        drift.duplicate_eigenvalues(0.5, -0.3, 0.7)
+    with pytest.raises(ValueError, match="y"):
+        drift.copy_operator(xi[0], xi[0][:10], 0.3, 0.7)
+    with pytest.raises(ValueError, match="flips"):
+        drift.flip_bits(xi[0], 61, 0)
+    with pytest.raises(ValueError, match="x"):
+        drift.flip_bits(np.zeros(5), 1, 0)
+    np.testing.assert_array_equal(drift.flip_bits(xi[0], 4, 9), drift.flip_bits(xi[0], 4, 9))
+
+
+def test_drift_copy_uploads_and_duplicate_table():
+    from fedlam import data, operators
+
+    xi = data.random_archetypes(2, 120, 4)
+    copy = drift.flip_bits(xi[0], 8, 5)
+    ups, A = drift.copy_uploads(xi, copy[None], 0.25, 0.8, 90, 2, 6)
+    np.testing.assert_array_equal(A, operators.pattern_operator(copy[None]))
+    assert len(ups) == 2 and all(u.batch_size == 90 and u.weight == 0.25 for u in ups)
+    for u in ups:  # the fresh part is w times a Hebbian operator: diagonal w / N
+        np.testing.assert_allclose(np.diag(u.operator - 0.75 * A), 0.25 / 120)
+    with pytest.raises(ValueError, match="stored"):
+        drift.copy_uploads(xi, copy[None, :60], 0.25, 0.8, 90, 2, 6)
+    with pytest.raises(ValueError, match="w"):
+        drift.copy_uploads(xi, copy[None], 1.5, 0.8, 90, 2, 6)
+    xi4 = data.random_archetypes(2, 400, 7)
+    tab, out = drift.duplicate_table(xi4, drift.flip_bits(xi4[0], 20, 8), 0.3, 0.8, 400, 3, 9)
+    assert [r[:2] for r in tab.table.rows] == [(a, b) for a in ("copy stored", "both stored")
+                                               for b in ("paper", "fresh")]
+    for row in tab.table.rows:
+        o = out[row[0], row[1]]
+        assert row[2] == str(o["k_hat"]) and row[3] == str(len(o["near"]))
+    # the derivation's claims: the copy stored, x enters beside it under either acceptance;
+    # both stored, the paper's acceptance keeps the pair and the default flattens e_-
+    assert len(out["copy stored", "paper"]["near"]) == len(out["copy stored", "fresh"]["near"]) == 2
+    assert len(out["both stored", "paper"]["near"]) == 2
+    assert len(out["both stored", "fresh"]["near"]) == 0
+    assert out["both stored", "fresh"]["k_hat"] == out["both stored", "paper"]["k_hat"] - 1
