@@ -498,8 +498,8 @@ def test_drift_copy_uploads_and_duplicate_table():
         drift.copy_uploads(xi, copy[None], 1.5, 0.8, 90, 2, 6)
     xi4 = data.random_archetypes(2, 400, 7)
     tab, out = drift.duplicate_table(xi4, drift.flip_bits(xi4[0], 20, 8), 0.3, 0.8, 400, 3, 9)
-    assert [r[:2] for r in tab.table.rows] == [(a, b) for a in ("copy stored", "both stored")
-                                               for b in ("paper", "fresh")]
+    names = ("copy stored", "both stored", "both stored, 1 absent")
+    assert [r[:2] for r in tab.table.rows] == [(a, b) for a in names for b in ("paper", "fresh")]
     for row in tab.table.rows:
         o = out[row[0], row[1]]
         assert row[2] == str(o["k_hat"]) and row[3] == str(len(o["near"]))
@@ -509,3 +509,6 @@ def test_drift_copy_uploads_and_duplicate_table():
     assert len(out["both stored", "paper"]["near"]) == 2
     assert len(out["both stored", "fresh"]["near"]) == 0
     assert out["both stored", "fresh"]["k_hat"] == out["both stored", "paper"]["k_hat"] - 1
+    # ... also once archetype 0 has left the data: then nothing brings it back (forgotten)
+    assert len(out["both stored, 1 absent", "paper"]["near"]) == 2
+    assert len(out["both stored, 1 absent", "fresh"]["near"]) == 0

@@ -506,9 +506,11 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
     """Two rounds of a stored copy of archetype 0 under the paper's and the default acceptance.
 
     Round "copy stored": the memory holds ``copy`` (archetype 0 a few bits off) and the other
-    archetypes; round "both stored": it holds archetype 0 as well. Each round's uploads come
-    from :func:`copy_uploads` (the same ``rng`` stream for both acceptances), and one
-    ``federation.Server`` step runs under each acceptance.
+    archetypes; round "both stored": it holds archetype 0 as well; round "both stored, 1
+    absent": the same memory, and the clients' data no longer hold archetype 0 (only with
+    two archetypes or more). Each round's uploads come from :func:`copy_uploads` (the same
+    uploads for both acceptances), and one ``federation.Server`` step runs under each
+    acceptance.
 
     Returns
     -------
@@ -526,11 +528,14 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
     copy = _check_pm1(copy, "copy", x.size)
     gen = as_rng(rng)
     N = x.size
-    rounds = {"copy stored": np.vstack([copy[None], archetypes[1:]]),
-              "both stored": np.vstack([archetypes[:1], copy[None], archetypes[1:]])}
+    both = np.vstack([archetypes[:1], copy[None], archetypes[1:]])
+    rounds = {"copy stored": (np.vstack([copy[None], archetypes[1:]]), archetypes),
+              "both stored": (both, archetypes)}
+    if archetypes.shape[0] >= 2:
+        rounds["both stored, 1 absent"] = (both, archetypes[1:])
     rows, out = [], {}
-    for name, stored in rounds.items():
-        ups, A = copy_uploads(archetypes, stored, w, r, M, L, gen)
+    for name, (stored, held) in rounds.items():
+        ups, A = copy_uploads(held, stored, w, r, M, L, gen)
         seed = int(gen.integers(2**62))
         for acc in ("paper", "fresh"):
             rr = federation.Server(acceptance=acc).round(ups, np.random.default_rng(seed), broadcast=A,
