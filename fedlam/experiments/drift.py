@@ -503,7 +503,7 @@ def copy_uploads(archetypes: np.ndarray, stored: np.ndarray, w: float, r: float,
 
 def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float, M: int, L: int,
                     rng: Any) -> tuple[Any, dict]:
-    """Two rounds of a stored copy of archetype 0 under the paper's and the default acceptance.
+    """Server steps with a stored copy of archetype 0 under the paper's and the default acceptance.
 
     Round "copy stored": the memory holds ``copy`` (archetype 0 a few bits off) and the other
     archetypes; round "both stored": it holds archetype 0 as well; round "both stored, 1
@@ -511,6 +511,15 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
     two archetypes or more). Each round's uploads come from :func:`copy_uploads` (the same
     uploads for both acceptances), and one ``federation.Server`` step runs under each
     acceptance.
+
+    Parameters
+    ----------
+    archetypes : numpy.ndarray
+        (K, N) +-1; archetype 0 is the one copied (the table calls it archetype 1).
+    copy : numpy.ndarray
+        (N,) +-1, the stored copy (e.g. :func:`flip_bits` of archetype 0).
+    w, r, M, L, rng
+        As for :func:`copy_uploads`.
 
     Returns
     -------
