@@ -188,7 +188,9 @@ def test_acceptance_refused_as_run_federation_refuses(params_cls, value):
 
 
 def test_drift_acceptance_reaches_the_server_and_table():
-    p = drift.DriftParams(**{**TINY[drift], "controllers": (0.0, "paper", "novelty"), "seeds": 2})
+    p = drift.DriftParams(**{**TINY[drift], "controllers": (0.0, "paper", "novelty"), "seeds": 2,
+                             "acceptance": "paper"})
+    assert drift.DriftParams().acceptance == "fresh"  # the default
     res = drift.run(p, 5)
     pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
     fresh = drift.run(pf, 5)
@@ -211,6 +213,11 @@ def test_drift_acceptance_reaches_the_server_and_table():
         assert row[3] == f"{r.k_hat[:, i, -1].mean():.2f}"
         assert row[5] == f"{r.magnetization[:, i, -1].min(axis=1).mean():.2f}"
         assert row[6] == f"{r.magnetization[:, i].mean():.3f}"
+    # the other way round (the book's pages): a default run of every rule beside a paper run
+    # of fewer rules shows the paper run's rules, with the same rows
+    all_fresh = drift.run(dataclasses.replace(p, acceptance="fresh"), 5)
+    res_nov = drift.run(dataclasses.replace(p, controllers=("novelty",)), 5)
+    assert drift.acceptance_table(res_nov, all_fresh).table.rows == rows
     with pytest.raises(ValueError, match="acceptance"):
         drift.acceptance_table(fresh, res)
     with pytest.raises(ValueError, match="setting"):
@@ -232,7 +239,9 @@ def test_novelty_shapes_and_latency_helper():
 
 
 def test_novelty_acceptance_reaches_the_server_and_table():
-    p = novelty.NoveltyParams(**{**TINY[novelty], "controllers": ("paper", "novelty"), "seeds": 2})
+    p = novelty.NoveltyParams(**{**TINY[novelty], "controllers": ("paper", "novelty"), "seeds": 2,
+                                 "acceptance": "paper"})
+    assert novelty.NoveltyParams().acceptance == "fresh"  # the default
     res = novelty.run(p, 5)
     pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
     fresh = novelty.run(pf, 5)
@@ -255,6 +264,9 @@ def test_novelty_acceptance_reaches_the_server_and_table():
         assert row[3] == f"{r.k_hat[:, i, -1].mean():.2f}"
         assert row[4] == f"{m[:, -1, :Ko].mean():.2f}/{m[:, -1, Ko:].mean():.2f}"
         assert row[5] == f"{m[:, -1].min(axis=1).mean():.2f}" and row[6] == f"{m.mean():.3f}"
+    all_fresh = novelty.run(dataclasses.replace(p, acceptance="fresh"), 5)
+    res_nov = novelty.run(dataclasses.replace(p, controllers=("novelty",)), 5)
+    assert novelty.acceptance_table(res_nov, all_fresh).table.rows == rows
     with pytest.raises(ValueError, match="acceptance"):
         novelty.acceptance_table(fresh, res)
     with pytest.raises(ValueError, match="setting"):
@@ -437,3 +449,66 @@ def test_comparison_table_html_and_markdown():
     assert t._repr_markdown_() == repr(t) and "| κ <b> |" in repr(t)
     t2 = comparison_table([("a", "b")], header=("x", "y"))
     assert "<th>x</th>" in t2._repr_html_()
+
+
+def test_drift_duplicate_eigenvalues_match_eigh():
+    from fedlam import data
+
+    xi = data.random_archetypes(1, 60, 3)
+    for flips in (1, 3, 12):
+        y = drift.flip_bits(xi[0], flips, flips)
+        m = float(xi[0].astype(float) @ y) / 60
+        assert m == 1 - 2 * flips / 60
+        for alpha, beta, c in ((0.2, 0.7, 0.01), (0.9, 0.7, 0.0), (0.5, 0.5, -0.1)):
+            lp, lm = drift.duplicate_eigenvalues(m, alpha, beta, c)
+            ev = np.linalg.eigvalsh(drift.copy_operator(xi[0], y, alpha, beta, c))[::-1]
+            np.testing.assert_allclose(ev[:2], [lp, lm], rtol=0, atol=1e-12)
+            np.testing.assert_allclose(ev[2:], c, rtol=0, atol=1e-12)
+            # the small-gap approximation of the second eigenvalue
+            assert abs(lm - c - alpha * beta / (alpha + beta) * (1 - m * m)) < 2 * (1 - m * m) ** 2
+    # one version alone, or two identical ones: no second direction
+    assert drift.duplicate_eigenvalues(0.8, 0.0, 0.7, 0.01)[1] == 0.01
+    assert drift.duplicate_eigenvalues(1.0, 0.3, 0.7, 0.0) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="m"):
+        drift.duplicate_eigenvalues(1.5, 0.3, 0.7)
+    with pytest.raises(ValueError, match="alpha"):
+        drift.duplicate_eigenvalues(0.5, -0.3, 0.7)
+    with pytest.raises(ValueError, match="y"):
+        drift.copy_operator(xi[0], xi[0][:10], 0.3, 0.7)
+    with pytest.raises(ValueError, match="flips"):
+        drift.flip_bits(xi[0], 61, 0)
+    with pytest.raises(ValueError, match="x"):
+        drift.flip_bits(np.zeros(5), 1, 0)
+    np.testing.assert_array_equal(drift.flip_bits(xi[0], 4, 9), drift.flip_bits(xi[0], 4, 9))
+
+
+def test_drift_copy_uploads_and_duplicate_table():
+    from fedlam import data, operators
+
+    xi = data.random_archetypes(2, 120, 4)
+    copy = drift.flip_bits(xi[0], 8, 5)
+    ups, A = drift.copy_uploads(xi, copy[None], 0.25, 0.8, 90, 2, 6)
+    np.testing.assert_array_equal(A, operators.pattern_operator(copy[None]))
+    assert len(ups) == 2 and all(u.batch_size == 90 and u.weight == 0.25 for u in ups)
+    for u in ups:  # the fresh part is w times a Hebbian operator: diagonal w / N
+        np.testing.assert_allclose(np.diag(u.operator - 0.75 * A), 0.25 / 120)
+    with pytest.raises(ValueError, match="stored"):
+        drift.copy_uploads(xi, copy[None, :60], 0.25, 0.8, 90, 2, 6)
+    with pytest.raises(ValueError, match="w"):
+        drift.copy_uploads(xi, copy[None], 1.5, 0.8, 90, 2, 6)
+    xi4 = data.random_archetypes(2, 400, 7)
+    tab, out = drift.duplicate_table(xi4, drift.flip_bits(xi4[0], 20, 8), 0.3, 0.8, 400, 3, 9)
+    names = ("copy stored", "both stored", "both stored, 1 absent")
+    assert [r[:2] for r in tab.table.rows] == [(a, b) for a in names for b in ("paper", "fresh")]
+    for row in tab.table.rows:
+        o = out[row[0], row[1]]
+        assert row[2] == str(o["k_hat"]) and row[3] == str(len(o["near"]))
+    # the derivation's claims: the copy stored, x enters beside it under either acceptance;
+    # both stored, the paper's acceptance keeps the pair and the default flattens e_-
+    assert len(out["copy stored", "paper"]["near"]) == len(out["copy stored", "fresh"]["near"]) == 2
+    assert len(out["both stored", "paper"]["near"]) == 2
+    assert len(out["both stored", "fresh"]["near"]) == 0
+    assert out["both stored", "fresh"]["k_hat"] == out["both stored", "paper"]["k_hat"] - 1
+    # ... also once archetype 0 has left the data: then nothing brings it back (forgotten)
+    assert len(out["both stored, 1 absent", "paper"]["near"]) == 2
+    assert len(out["both stored, 1 absent", "fresh"]["near"]) == 0

@@ -306,7 +306,9 @@ def acceptance_table(res: Any, fresh: Any, result_type: type[Any], final_m: Any,
     Shared by :func:`fedlam.experiments.drift.acceptance_table` and
     :func:`fedlam.experiments.novelty.acceptance_table`. ``res`` and ``fresh`` are results of
     ``result_type`` with ``acceptance="paper"`` and ``"fresh"``, the same setting and seeds;
-    ``fresh``'s rules must be among ``res``'s. ``final_m(mag)`` formats the final
+    the rules of one must be among the other's, and the table has a pair of rows for each rule
+    of the run with fewer rules (in its order), e.g. the adaptive rules of a paper-acceptance
+    run beside a default run of every rule. ``final_m(mag)`` formats the final
     magnetizations ``mag`` (seeds, K) of one rule, described in the title by ``final_m_label``.
     The fresh acceptance is derived in {ref}`sec-robust-fresh`.
     """
@@ -319,11 +321,14 @@ def acceptance_table(res: Any, fresh: Any, result_type: type[Any], final_m: Any,
     if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
         raise ValueError("fresh must have the setting of res (only controllers and acceptance "
                          f"may differ), got {pf} against {p}")
-    missing = [c for c in pf.controllers if c not in p.controllers]
+    shown = min(pf.controllers, p.controllers, key=len)
+    other = p.controllers if shown is pf.controllers else pf.controllers
+    missing = [c for c in shown if c not in other]
     if missing:
-        raise ValueError(f"fresh's rules must be among res's {p.controllers}, got {missing}")
+        raise ValueError(f"the rules of one of res and fresh must be among the other's, got "
+                         f"{p.controllers} and {pf.controllers}")
     rows = []
-    for c in pf.controllers:
+    for c in shown:
         for r in (res, fresh):
             i = r.params.controllers.index(c)
             sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]

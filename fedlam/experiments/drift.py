@@ -36,7 +36,8 @@ from fedlam.experiments._executor import map_seeds
 
 __all__ = ["DriftParams", "DriftResult", "PRESETS", "make_params", "run", "setting_table",
            "weight_curve", "weight_table", "spike_table", "magnetization_table", "paper_table",
-           "acceptance_table"]
+           "acceptance_table", "duplicate_eigenvalues", "copy_operator", "flip_bits", "copy_uploads",
+           "duplicate_table"]
 
 
 @dataclass(frozen=True)
@@ -351,8 +352,9 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
     res : DriftResult
         A run with ``acceptance="paper"``.
     fresh : DriftResult
-        The same setting and seeds (same ``rng``) with ``acceptance="fresh"``; its rules must
-        be among ``res``'s.
+        The same setting and seeds (same ``rng``) with ``acceptance="fresh"`` (the default).
+        The rules of one run must be among the other's; the table shows the rules of the run
+        with fewer rules.
 
     Returns
     -------
@@ -366,3 +368,194 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
     return _acceptance_table(res, fresh, DriftResult,
                              lambda m: " ".join(f"{x:.2f}" for x in m.mean(axis=0)),
                              "final m per archetype")
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the duplicates come from ({ref}`sec-exp-drift-duplicates`).
+
+
+def duplicate_eigenvalues(m: float, alpha: float, beta: float, c: float = 0.0) -> tuple[float, float]:
+    """The two eigenvalues of ``c I + alpha x x^T / N + beta y y^T / N`` in ``span{x, y}``.
+
+    ``x`` and ``y`` are +-1 vectors with overlap ``m = x . y / N`` (e.g. an archetype and a
+    stored copy of it a few bits off); in the orthonormal basis ``e_+- = (x +- y) /
+    sqrt(2 N (1 +- m))`` the operator restricted to the span is ``c`` plus the 2 x 2 matrix
+    ``[[(alpha + beta) a^2, (alpha - beta) a b], [(alpha - beta) a b, (alpha + beta) b^2]]``,
+    ``a^2 = (1 + m) / 2``, ``b^2 = (1 - m) / 2``, so
+
+    ``lambda_+- = c + ((alpha + beta) +- sqrt((alpha + beta)^2 - 4 alpha beta (1 - m^2))) / 2``.
+
+    Derived in {ref}`sec-exp-drift-duplicates`.
+
+    Parameters
+    ----------
+    m : float
+        Overlap in [-1, 1].
+    alpha, beta : float
+        Non-negative weights of the two rank-one terms.
+    c : float
+        The multiple of the identity (the bulk level).
+
+    Returns
+    -------
+    tuple of float
+        ``(lambda_plus, lambda_minus)``, ``lambda_plus >= lambda_minus``.
+    """
+    m = check_in_range(m, "m", -1.0, 1.0)
+    alpha = check_in_range(alpha, "alpha", 0.0, None)
+    beta = check_in_range(beta, "beta", 0.0, None)
+    c = check_in_range(c, "c", None, None)
+    tr = alpha + beta
+    disc = max(tr * tr - 4.0 * alpha * beta * (1.0 - m * m), 0.0)
+    root = float(np.sqrt(disc))
+    return c + 0.5 * (tr + root), c + 0.5 * (tr - root)
+
+
+def _check_pm1(x: Any, name: str, N: int | None = None) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or x.ndim != 1 or x.size < 2 or not np.all(np.abs(x) == 1):
+        raise ValueError(f"{name} must be a 1-d array of +-1 entries, got {x!r:.60}")
+    if N is not None and x.size != N:
+        raise ValueError(f"{name} must have length {N}, got {x.size}")
+    return x
+
+
+def copy_operator(x: np.ndarray, y: np.ndarray, alpha: float, beta: float, c: float = 0.0) -> np.ndarray:
+    """The operator ``c I + alpha x x^T / N + beta y y^T / N`` of :func:`duplicate_eigenvalues`.
+
+    With ``alpha = w r^2 pi``, ``beta = 1 - w`` and ``c = w (1 - r^2) / N`` it is the expected
+    blend of a client whose fresh batch holds the archetype ``x`` with share ``pi`` at quality
+    ``r`` and whose broadcast holds the copy ``y`` (derived in {ref}`sec-exp-drift-duplicates`).
+    Returns a float64 (N, N) array.
+    """
+    x = _check_pm1(x, "x")
+    y = _check_pm1(y, "y", x.size)
+    alpha = check_in_range(alpha, "alpha", 0.0, None)
+    beta = check_in_range(beta, "beta", 0.0, None)
+    c = check_in_range(c, "c", None, None)
+    N = x.size
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    return c * np.eye(N) + (alpha / N) * np.outer(xf, xf) + (beta / N) * np.outer(yf, yf)
+
+
+def flip_bits(x: np.ndarray, flips: int, rng: Any) -> np.ndarray:
+    """A copy of the +-1 vector ``x`` with ``flips`` distinct entries negated (overlap
+    ``1 - 2 flips / N``), chosen by ``rng`` (a ``numpy.random.Generator`` or int seed)."""
+    from fedlam._validation import as_rng
+
+    x = _check_pm1(x, "x")
+    flips = check_positive_int(flips, "flips")
+    if flips > x.size:
+        raise ValueError(f"flips must be at most N = {x.size}, got {flips}")
+    out = x.copy()
+    out[as_rng(rng).choice(x.size, flips, replace=False)] *= -1
+    return out
+
+
+def copy_uploads(archetypes: np.ndarray, stored: np.ndarray, w: float, r: float, M: int, L: int,
+                 rng: Any) -> tuple[list, np.ndarray]:
+    """One round's uploads when the server's memory holds ``stored``.
+
+    Each of ``L`` clients draws ``M`` examples of ``archetypes`` (equal shares, quality ``r``,
+    :func:`fedlam.data.sample_examples`) and uploads the blend ``w B_c + (1 - w) A`` with the
+    broadcast ``A`` of ``stored`` (:func:`fedlam.operators.blend`).
+
+    Parameters
+    ----------
+    archetypes : numpy.ndarray
+        (K, N) +-1, what the clients' data hold.
+    stored : numpy.ndarray
+        (K', N) +-1, the server's memory (e.g. a copy of an archetype a few bits off).
+    w : float
+        The clients' weight in [0, 1].
+    r : float
+        Quality of the examples.
+    M, L : int
+        Examples per client, clients.
+    rng : numpy.random.Generator or int
+
+    Returns
+    -------
+    (list of fedlam.protocol.Upload, numpy.ndarray)
+        The uploads and the broadcast ``A``.
+    """
+    from fedlam import data, operators
+    from fedlam._validation import as_rng
+    from fedlam.protocol import Upload
+
+    if not isinstance(archetypes, np.ndarray) or archetypes.ndim != 2:
+        raise ValueError(f"archetypes must be a (K, N) array, got {archetypes!r:.60}")
+    if not isinstance(stored, np.ndarray) or stored.ndim != 2 or stored.shape[1] != archetypes.shape[1]:
+        raise ValueError(f"stored must be a (K', N) array with N = {archetypes.shape[1]}, got "
+                         f"{getattr(stored, 'shape', stored)!r:.60}")
+    w = check_in_range(w, "w", 0.0, 1.0)
+    r = check_quality(r)
+    M = check_positive_int(M, "M")
+    L = check_positive_int(L, "L")
+    gen = as_rng(rng)
+    A = operators.pattern_operator(stored)
+    K = archetypes.shape[0]
+    ups = []
+    for _ in range(L):
+        X, _ = data.sample_examples(archetypes, M, r, np.full(K, 1.0 / K), rng=gen)
+        ups.append(Upload(operators.blend(operators.hebbian(X), A, w), M, w, 1.0 - r * r))
+    return ups, A
+
+
+def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float, M: int, L: int,
+                    rng: Any) -> tuple[Any, dict]:
+    """Server steps with a stored copy of archetype 0 under the paper's and the default acceptance.
+
+    Round "copy stored": the memory holds ``copy`` (archetype 0 a few bits off) and the other
+    archetypes; round "both stored": it holds archetype 0 as well; round "both stored, 1
+    absent": the same memory, and the clients' data no longer hold archetype 0 (only with
+    two archetypes or more). Each round's uploads come from :func:`copy_uploads` (the same
+    uploads for both acceptances), and one ``federation.Server`` step runs under each
+    acceptance.
+
+    Parameters
+    ----------
+    archetypes : numpy.ndarray
+        (K, N) +-1; archetype 0 is the one copied (the table calls it archetype 1).
+    copy : numpy.ndarray
+        (N,) +-1, the stored copy (e.g. :func:`flip_bits` of archetype 0).
+    w, r, M, L, rng
+        As for :func:`copy_uploads`.
+
+    Returns
+    -------
+    (TitledTable, dict)
+        The table (per round and acceptance: K-hat, the patterns stored within overlap 0.5 of
+        archetype 0 and their overlaps with it and with the copy) and the same numbers as a
+        dict keyed by ``(round, acceptance)``: ``k_hat`` and ``near`` ((n, 2) overlaps with
+        archetype 0 and with the copy). Derived in {ref}`sec-exp-drift-duplicates`.
+    """
+    from fedlam import federation
+    from fedlam._validation import as_rng
+
+    x = _check_pm1(archetypes[0] if isinstance(archetypes, np.ndarray) and archetypes.ndim == 2
+                   else archetypes, "archetypes[0]")
+    copy = _check_pm1(copy, "copy", x.size)
+    gen = as_rng(rng)
+    N = x.size
+    both = np.vstack([archetypes[:1], copy[None], archetypes[1:]])
+    rounds = {"copy stored": (np.vstack([copy[None], archetypes[1:]]), archetypes),
+              "both stored": (both, archetypes)}
+    if archetypes.shape[0] >= 2:
+        rounds["both stored, 1 absent"] = (both, archetypes[1:])
+    rows, out = [], {}
+    for name, (stored, held) in rounds.items():
+        ups, A = copy_uploads(held, stored, w, r, M, L, gen)
+        seed = int(gen.integers(2**62))
+        for acc in ("paper", "fresh"):
+            rr = federation.Server(acceptance=acc).round(ups, np.random.default_rng(seed), broadcast=A,
+                                                         broadcast_rank=stored.shape[0])
+            P = rr.patterns.astype(np.float64)
+            ov = P @ np.stack([x, copy]).T.astype(np.float64) / N
+            near = ov[np.abs(ov[:, 0]) >= 0.5] * np.sign(ov[np.abs(ov[:, 0]) >= 0.5, :1])
+            out[(name, acc)] = {"k_hat": int(rr.result.k_hat), "near": near}
+            rows.append((name, acc, f"{rr.result.k_hat}", f"{len(near)}",
+                         ", ".join(f"{a:.2f}/{b:.2f}" for a, b in near) or "-"))
+    m = float(x.astype(np.float64) @ copy.astype(np.float64)) / N
+    title = (f"A stored copy of archetype 1 (m = {m:.2f}): K-hat and the "
+             "patterns stored near the archetype, with their overlaps archetype/copy")
+    return TitledTable(title, rows, ("memory", "acceptance", "K-hat", "near", "overlaps")), out

@@ -392,8 +392,9 @@ def acceptance_table(res: NoveltyResult, fresh: NoveltyResult) -> Any:
     res : NoveltyResult
         A run with ``acceptance="paper"``.
     fresh : NoveltyResult
-        The same setting and seeds (same ``rng``) with ``acceptance="fresh"``; its rules must
-        be among ``res``'s.
+        The same setting and seeds (same ``rng``) with ``acceptance="fresh"`` (the default).
+        The rules of one run must be among the other's; the table shows the rules of the run
+        with fewer rules.
 
     Returns
     -------
