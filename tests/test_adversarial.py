@@ -321,3 +321,12 @@ def test_presets_and_tables_show_both_servers():
     s = {d: res.summary[f"poison/{d}/paper"]["fake_any_fraction"] for d in ("none", "support", "fresh")}
     assert (f"| fake stored, poison | robust | {100 * s['none']:.0f}% / {100 * s['support']:.0f}% / "
             f"{100 * s['fresh']:.0f}% |") in paper
+
+
+def test_near_copy_sweep_against_the_fresh_acceptance():
+    sweep = adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, rng=0, defense="fresh")
+    assert sweep.params["defense"] == "fresh"
+    t = repr(adversarial.near_copy_table(sweep))
+    assert t.startswith("**A near-copy of archetype 0 against the fresh acceptance (the default) (")
+    with pytest.raises(ValueError, match="defense"):
+        adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, defense="median")

@@ -796,7 +796,8 @@ class NearCopySweep(JsonResult):
         (V, S) bool, the copy itself is stored (never counted when ``m = 1``: it is the archetype).
     federation : numpy.ndarray
         (V, S, K) magnetization of each archetype at the last round of a federation with a
-        ``"targeted"`` attacker (:class:`fedlam.attacks.Targeted`) under ``defense="support"``.
+        ``"targeted"`` attacker (:class:`fedlam.attacks.Targeted`) under ``defense="support"``
+        (or the fresh acceptance: ``params["defense"]``).
     federation_min : numpy.ndarray
         (V, S) smallest magnetization of any archetype over the rounds after the first.
     federation_copy : numpy.ndarray
@@ -819,8 +820,11 @@ def _stored(patterns: np.ndarray, x: np.ndarray) -> bool:
 
 def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *, N: int = 400, M: int = 400,
                     r: float = 0.9, K: int = 3, n_good: int = 4, T: int = 8, N_fed: int = 200,
-                    controller: Any = "novelty", seeds: int = 3, rng: int = 0) -> NearCopySweep:
-    """A corrupted copy of an archetype (overlap ``m``) against ``defense="support"`` (s = 2).
+                    controller: Any = "novelty", seeds: int = 3, rng: int = 0,
+                    defense: str = "support") -> NearCopySweep:
+    """A corrupted copy of an archetype (overlap ``m``) against ``defense="support"`` (s = 2), or
+    (``defense="fresh"``) against the fresh acceptance, the library's default server
+    ({ref}`sec-robust-fresh`).
 
     One shot (issue 18's setting, N = M = 400, r = 0.9, K = 3): ``n_good`` honest uploads and
     one rank-one upload of archetype 0 with ``round((1 - m) N / 2)`` bits flipped. Over a
@@ -829,6 +833,9 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
     the pattern it recovers from the broadcast. Derived in {ref}`sec-robust-support`
     (:prf:ref:`thm-robust-support`, part 3).
     """
+    check_choice(defense, "defense", ("support", "fresh"))
+    server_kw: dict = ({"defense": "support", "defense_params": {"s": 2}} if defense == "support"
+                       else {"acceptance": "fresh"})
     from fedlam import attacks, data, federation, metrics, operators
     from fedlam.protocol import Upload
 
@@ -851,7 +858,7 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
             x = xi[0].copy()
             x[np.random.default_rng(seed + 1000).permutation(N)[:n_flip]] *= -1
             ups.append(Upload(operators.pattern_operator(x[None]), M, float("nan"), 1.0 - r * r))
-            pats = federation.Server(defense="support").round(ups, np.random.default_rng(seed)).patterns
+            pats = federation.Server(**server_kw).round(ups, np.random.default_rng(seed)).patterns
             out["one"][vi, si] = metrics.magnetization(pats, xi)
             out["one_copy"][vi, si] = n_flip > 0 and _stored(pats, x)
             # the federation: the attacker corrupts what it recovers, flipping n_flip_fed bits
@@ -861,15 +868,14 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
             good = [federation.ClientSpec(r=r, M=M, mixture=mix) for _ in range(n_good)]
             beh = attacks.Targeted(seed=seed, flip_fraction=(n_fed + 0.5) / N_fed)
             specs = good + [federation.ClientSpec(r=r, M=M, mixture=mix, behaviour=beh)]
-            h = federation.run_federation(xi_f, specs, T, seed, controller=controller, known_r=True,
-                                          defense="support", defense_params={"s": 2})
+            h = federation.run_federation(xi_f, specs, T, seed, controller=controller, known_r=True, **server_kw)
             out["fed"][vi, si] = h.magnetization[-1]
             out["fed_min"][vi, si] = h.magnetization[1:].min()
             if n_fed:
                 fake = beh.fake_for(xi_f)[0]
                 out["fed_copy"][vi, si] = any(_stored(pt, fake) for pt in h.patterns)
     params = {"m_values": ms, "N": N, "M": M, "r": r, "K": K, "n_good": n_good, "T": T, "N_fed": N_fed,
-              "controller": controller, "seeds": S, "rng": int(rng)}
+              "controller": controller, "seeds": S, "rng": int(rng), "defense": defense}
     return NearCopySweep(m_values=out["m"], one_shot=out["one"], one_shot_copy=out["one_copy"],
                          federation=out["fed"], federation_min=out["fed_min"], federation_copy=out["fed_copy"],
                          params=params)
@@ -1097,9 +1103,9 @@ def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
 
 
 def near_copy_table(sweep: NearCopySweep) -> Any:
-    """Per overlap m of the copy (:func:`near_copy_sweep`): the smallest magnetization of any
-    archetype (one shot; federation at the last round and over rounds 1 to T - 1) and whether
-    the copy was ever stored."""
+    """Per overlap m of the copy (:func:`near_copy_sweep`, support test or fresh acceptance): the
+    smallest magnetization of any archetype (one shot; federation at the last round and over
+    rounds 1 to T - 1) and whether the copy was ever stored."""
     from fedlam.experiments._common import TitledTable
 
     sweep = _check_result(sweep, NearCopySweep, "sweep")
@@ -1111,7 +1117,9 @@ def near_copy_table(sweep: NearCopySweep) -> Any:
              f"{sweep.federation[i].min():.3f}", f"{sweep.federation_min[i].min():.3f}",
              yes(sweep.federation_copy[i]))
             for i, m in enumerate(sweep.m_values)]
-    return TitledTable("A near-copy of archetype 0 against the support test (smallest "
+    against = {"support": "the support test",
+               "fresh": "the fresh acceptance (the default)"}[sweep.params.get("defense", "support")]
+    return TitledTable(f"A near-copy of archetype 0 against {against} (smallest "
                        "magnetization of any archetype: one shot, in the federation at the last "
                        "round and over rounds; stored: the copy, in any round)", rows,
                        ("copy's m", "one shot", "stored", "federation", "over rounds", "stored"))
