@@ -2,12 +2,14 @@
 
 * With ``defense="support"`` one poisoner among five (every poisoner kind of fedlam.attacks) never
   gets its fake accepted (no spurious pattern in any round, any seed tried) and the honest
-  archetypes keep m >= 0.95; the same runs without a defence store the fake (the attack is real).
+  archetypes keep m >= 0.95; the same runs on the paper's server (no defence, the paper's
+  acceptance) store the fake (the attack is real).
 * Heterogeneous supports, each archetype held by 2 of 5 clients: every archetype recovered with
   m >= 0.95 under "support" with s = 2.
 * Bad input (unknown defence, s outside [1, L], trimming fraction outside [0, 0.5)) is rejected
   before round 0 with a ValueError naming the argument.
-* The experiment module: shapes, determinism, the executor option, the trade-off run.
+* The experiment module: shapes, determinism, the executor option, the trade-off run; its
+  ``"none"`` is the paper's server and ``"fresh"`` the library's default (issue 18).
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ def _poisoners(seed):
     }
 
 
-def _run(xi, behaviour, seed, defense, controller="paper"):
+def _run(xi, behaviour, seed, defense, controller="paper", acceptance=None):
     mix = data.static_mixture(T, 1, K)[:, 0]
     specs = [federation.ClientSpec(r=R, M=M, mixture=mix) for _ in range(4)]
     specs.append(federation.ClientSpec(r=R, M=M, mixture=mix, behaviour=behaviour))
-    return federation.run_federation(xi, specs, T, seed, controller=controller, known_r=True, defense=defense)
+    return federation.run_federation(xi, specs, T, seed, controller=controller, known_r=True, defense=defense,
+                                     acceptance=acceptance)
 
 
 def _fake(beh, xi):
@@ -54,7 +57,7 @@ def test_support_keeps_every_poisoner_out(kind):
         xi = data.random_archetypes(K, N, 50 + seed)
         beh = _poisoners(seed)[kind]
         fake = _fake(beh, xi)
-        plain = _run(xi, beh, seed, None)
+        plain = _run(xi, beh, seed, None, acceptance="paper")   # the paper's server
         assert any(attacks.fake_in_memory(p, fake, xi) for p in plain.patterns), (kind, seed)
         h = _run(xi, beh, seed, "support")
         assert not any(attacks.fake_in_memory(p, fake, xi) for p in h.patterns), (kind, seed)
@@ -217,7 +220,7 @@ def test_page_tables_one_titled_table_each():
     with pytest.raises(ValueError, match="controller must be one of"):
         adversarial.grid_table(res, 0.5)
     sup = repr(adversarial.support_table(res))
-    assert "| support | poison | paper |" in sup and "| none | poison | either |" in sup
+    assert "| support | poison | paper |" in sup and "| paper (mean) | poison | either |" in sup
     assert adversarial.support_table(adversarial.run(
         adversarial.AdversarialParams(**{**TINY, "defenses": ("none",)}), 0)) is None
     paper = repr(adversarial.paper_table(res, np.array([0.0078, 0.0078])))
@@ -249,3 +252,81 @@ def test_near_copy_table():
     sweep = adversarial.near_copy_sweep((0.9, 1.0), N=40, M=40, N_fed=40, T=3, seeds=1, rng=0)
     t = repr(adversarial.near_copy_table(sweep))
     assert t.startswith("**A near-copy of archetype 0 against the support test (") and t.count("\n| ") == 3
+
+
+# ----------------------------------------------------------------------------------------
+# the paper's server ("none") and the library's default ("fresh") side by side (issue 18)
+def _one_poison_run(p, rng, **kwargs):
+    """The experiment's ``poison`` federation of seed 0, rebuilt from run_federation directly."""
+    from fedlam.experiments._common import seed_pairs
+
+    seed_xi, seed_fed = seed_pairs(rng, 1)[0]
+    xi = data.random_archetypes(p.K, p.N, seed_xi)
+    mix = data.static_mixture(p.T, 1, p.K)[:, 0]
+    good = [federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix) for _ in range(p.n_good)]
+    beh = attacks.Poison(seed=int(seed_fed % (2**31 - 1)))
+    specs = good + [federation.ClientSpec(r=p.r_good, M=p.M, mixture=mix, behaviour=beh)]
+    h = federation.run_federation(xi, specs, p.T, seed_fed, controller="paper", ema_alpha=p.ema_alpha,
+                                  known_r=True, **kwargs)
+    return h, beh.fake(p.N), xi
+
+
+def test_none_is_the_papers_server_and_fresh_the_default():
+    p = adversarial.AdversarialParams(N=60, M=60, T=3, attacks=("poison",), defenses=("none", "fresh"),
+                                      controllers=("paper",), t_new=None, seeds=1)
+    res = adversarial.run(p, 4)
+    paper, fake, xi = _one_poison_run(p, 4, acceptance="paper")
+    default, _, _ = _one_poison_run(p, 4)          # no keyword: the library's default
+    for di, h in enumerate((paper, default)):
+        np.testing.assert_array_equal(res.magnetization[0, 0, di, 0], h.magnetization)
+        np.testing.assert_array_equal(res.spurious[0, 0, di, 0], h.spurious)
+        np.testing.assert_array_equal(res.fake_in_memory[0, 0, di, 0],
+                                      [float(attacks.fake_in_memory(pt, fake, xi)) for pt in h.patterns])
+    # the two servers differ: the paper's stores the lone poisoner's fake, the default does not
+    assert res.fake_in_memory[0, 0, 0, 0].max() == 1.0 and res.fake_in_memory[0, 0, 1, 0].max() == 0.0
+    assert adversarial.defense_label("none") == "paper (mean)"
+    assert adversarial.defense_label("fresh") == "fresh (default)"
+    assert adversarial.defense_label("support") == "support"
+    with pytest.raises(ValueError, match="name"):
+        adversarial.defense_label("mean")
+
+
+def test_fresh_keeps_a_lone_poisoners_fake_out():
+    """Every single poisoner against the fresh acceptance: its fake never in memory, no spurious
+    pattern at the last round, the archetypes kept; the paper's server stores every fake."""
+    p = adversarial.AdversarialParams(N=60, M=60, T=4, attacks=("poison", "hidden", "targeted"),
+                                      defenses=("none", "fresh"), controllers=("paper", "novelty"),
+                                      t_new=None, seeds=2)
+    res = adversarial.run(p, 3)
+    assert np.all(res.fake_in_memory[:, :, 0].max(axis=-1) == 1.0)     # the attack is real
+    assert np.all(res.fake_in_memory[:, :, 1] == 0.0)
+    assert np.all(res.spurious[:, :, 1, :, -1] == 0)
+    assert np.all(res.magnetization[:, :, 1, :, -1] >= 0.95)
+
+
+def test_presets_and_tables_show_both_servers():
+    assert adversarial.DEFENSES[:2] == ("none", "fresh")
+    assert adversarial.PRESETS["paper"].defenses == ("none",)
+    for preset in ("book", "full"):
+        assert adversarial.PRESETS[preset].defenses == adversarial.DEFENSES
+        assert adversarial.TRADEOFF_PRESETS[preset].defenses == adversarial.DEFENSES
+    p = adversarial.AdversarialParams(**{**TINY, "attacks": ("poison",), "defenses": ("none", "fresh", "support")})
+    res = adversarial.run(p, 0)
+    grid = repr(adversarial.grid_table(res, "paper"))
+    assert "| poison | paper (mean) |" in grid and "| poison | fresh (default) |" in grid
+    sup = repr(adversarial.support_table(res))
+    assert "| fresh (default) | poison | either |" in sup and "| paper (mean) | poison | either |" in sup
+    assert "paper (mean), fresh (default), support" in repr(adversarial.setting_table(p))
+    paper = repr(adversarial.paper_table(res, np.array([0.0078])))
+    s = {d: res.summary[f"poison/{d}/paper"]["fake_any_fraction"] for d in ("none", "support", "fresh")}
+    assert (f"| fake stored, poison | robust | {100 * s['none']:.0f}% / {100 * s['support']:.0f}% / "
+            f"{100 * s['fresh']:.0f}% |") in paper
+
+
+def test_near_copy_sweep_against_the_fresh_acceptance():
+    sweep = adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, rng=0, defense="fresh")
+    assert sweep.params["defense"] == "fresh"
+    t = repr(adversarial.near_copy_table(sweep))
+    assert t.startswith("**A near-copy of archetype 0 against the fresh acceptance (the default) (")
+    with pytest.raises(ValueError, match="defense"):
+        adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, defense="median")

@@ -5,8 +5,10 @@ a poisoner uploading the operator of a fake pattern (``"poison"``), a sign-flipp
 (``"flip"``), a poisoner hiding its fake in an honest-looking upload (``"hidden"``), ``k``
 colluding poisoners with one fake (``"collude"``), a poisoner uploading a corrupted copy of a
 stored archetype (``"targeted"``) -- or none (``"none"``). Every attack runs against every
-server defence (``"none"`` = the paper's mean, ``"support"``, ``"median"``, ``"trimmed"``,
-``"krum"``; :mod:`fedlam.robust`) under both weight rules. Optionally a legitimately new
+server defence under both weight rules: ``"none"`` (the paper's server: the plain mean and the
+paper's acceptance, ``acceptance="paper"``), ``"fresh"`` (the library's default server: the
+plain mean and the fresh acceptance, {ref}`sec-robust-fresh`), ``"support"``, ``"median"``,
+``"trimmed"``, ``"krum"`` (:mod:`fedlam.robust`). Optionally a legitimately new
 archetype appears mid-run at one good client and spreads to the others one by one, so that
 the table also shows how long each defence delays it. The paper's version of the noise-client
 experiment is its figure "client_aware_adaptive_weight".
@@ -47,7 +49,9 @@ from fedlam.experiments._executor import map_seeds
 __all__ = [
     "ATTACKS",
     "DEFENSES",
+    "DEFENSE_LABELS",
     "SCENARIOS",
+    "defense_label",
     "AdversarialParams",
     "AdversarialResult",
     "TradeoffParams",
@@ -76,7 +80,9 @@ __all__ = [
 ]
 
 ATTACKS = ("none", "noise", "poison", "flip", "hidden", "collude", "targeted")
-DEFENSES = ("none", "support", "median", "trimmed", "krum")
+DEFENSES = ("none", "fresh", "support", "median", "trimmed", "krum")
+#: how the tables name a defence (the others by their name)
+DEFENSE_LABELS = {"none": "paper (mean)", "fresh": "fresh (default)"}
 SCENARIOS = ("iid", "three_of_five", "two_of_five", "one_of_five", "drift", "novelty")
 _MEMORY_M = 0.95  # an archetype is "in memory" when its magnetization reaches this
 
@@ -129,10 +135,25 @@ def first_round(flags: np.ndarray, start: int) -> float:
     return float(idx[0]) if idx.size else float("nan")
 
 
+def defense_label(name: str) -> str:
+    """How the tables name a defence of ``DEFENSES``: ``"none"`` is the paper's server (plain
+    mean, paper's acceptance), ``"fresh"`` the library's default (plain mean, fresh acceptance)."""
+    check_choice(name, "name", DEFENSES)
+    return DEFENSE_LABELS.get(name, name)
+
+
 def _defense_kwargs(name: str, params: dict | None = None) -> dict:
-    """``run_federation`` keywords of a defence (none for the paper's mean)."""
+    """``run_federation`` keywords of a defence.
+
+    ``"none"`` is the paper's server, the plain mean with ``acceptance="paper"`` (explicit: the
+    library's default is the fresh acceptance); ``"fresh"`` the plain mean with
+    ``acceptance="fresh"``, the library's default ({ref}`sec-robust-fresh`); the others a
+    defence of :mod:`fedlam.robust` with the acceptance the library resolves for it.
+    """
     if name == "none":
-        return {}
+        return {"acceptance": "paper"}
+    if name == "fresh":
+        return {"acceptance": "fresh"}
     return {"defense": name, "defense_params": params}
 
 
@@ -158,7 +179,9 @@ class AdversarialParams:
     attacks : tuple of str
         Adversaries compared, each in ``ATTACKS`` (``"none"``: the good clients alone).
     defenses : tuple of str
-        Server defences compared, each in ``DEFENSES`` (``"none"``: the paper's mean).
+        Server defences compared, each in ``DEFENSES`` (``"none"``: the paper's server, the plain
+        mean with the paper's acceptance; ``"fresh"``: the plain mean with the fresh acceptance,
+        the library's default).
     controllers : tuple
         Weight rules compared (``"paper"``, ``"novelty"`` or constant floats).
     ema_alpha : float
@@ -251,10 +274,11 @@ class AdversarialParams:
 
 
 #: ``"paper"`` is the paper's experiment (its figure "client_aware_adaptive_weight"): four good
-#: clients and one pure-noise client, the paper's mean, N = 1000, K = 3, T = 10, M = 800, 20 seeds,
-#: under the paper's rule and ours. ``"full"`` adds our attack x defence grid (7 attacks x 5
-#: defences) and a new archetype spreading from round 3, at the same sizes and seeds (about 1400
-#: federations at N = 1000). ``"book"`` is the full grid at a small size.
+#: clients and one pure-noise client, the paper's server (``"none"``: the plain mean, the paper's
+#: acceptance), N = 1000, K = 3, T = 10, M = 800, 20 seeds, under the paper's rule and ours.
+#: ``"full"`` adds our attack x defence grid (7 attacks x 6 defences, the library's default
+#: ``"fresh"`` included) and a new archetype spreading from round 3, at the same sizes and seeds
+#: (about 1700 federations at N = 1000). ``"book"`` is the full grid at a small size.
 PRESETS: dict[str, AdversarialParams] = {
     "book": AdversarialParams(N=200, M=200, T=8, t_new=2, seeds=2),
     "paper": AdversarialParams(attacks=("noise",), defenses=("none",), t_new=None),
@@ -465,7 +489,7 @@ class TradeoffParams:
         ``"drift"`` (archetypes dominate one after another, :func:`fedlam.data.sequential_drift`),
         ``"novelty"`` (a new archetype seen first by one client, :func:`spreading_novelty`).
     defenses : tuple of str
-        Each in ``DEFENSES``.
+        Each in ``DEFENSES`` (``"none"``: the paper's server; ``"fresh"``: the library's default).
     s_values : tuple of int
         Support thresholds of the sweep.
     colluders : tuple of int
@@ -518,7 +542,7 @@ class TradeoffParams:
 
 
 #: The trade-off sweep is ours (the paper has no defence): ``"full"`` runs it at the paper's sizes
-#: (N = 1000, M = 800, 20 seeds: about 960 federations); ``"paper"`` keeps the book's small sweep, so
+#: (N = 1000, M = 800, 20 seeds: about 1080 federations); ``"paper"`` keeps the book's small sweep, so
 #: that the notebook runs unchanged at the paper preset.
 TRADEOFF_PRESETS: dict[str, TradeoffParams] = {
     "book": TradeoffParams(N=200, M=200, T=8, seeds=1),
@@ -772,7 +796,8 @@ class NearCopySweep(JsonResult):
         (V, S) bool, the copy itself is stored (never counted when ``m = 1``: it is the archetype).
     federation : numpy.ndarray
         (V, S, K) magnetization of each archetype at the last round of a federation with a
-        ``"targeted"`` attacker (:class:`fedlam.attacks.Targeted`) under ``defense="support"``.
+        ``"targeted"`` attacker (:class:`fedlam.attacks.Targeted`) under ``defense="support"``
+        (or the fresh acceptance: ``params["defense"]``).
     federation_min : numpy.ndarray
         (V, S) smallest magnetization of any archetype over the rounds after the first.
     federation_copy : numpy.ndarray
@@ -795,8 +820,11 @@ def _stored(patterns: np.ndarray, x: np.ndarray) -> bool:
 
 def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *, N: int = 400, M: int = 400,
                     r: float = 0.9, K: int = 3, n_good: int = 4, T: int = 8, N_fed: int = 200,
-                    controller: Any = "novelty", seeds: int = 3, rng: int = 0) -> NearCopySweep:
-    """A corrupted copy of an archetype (overlap ``m``) against ``defense="support"`` (s = 2).
+                    controller: Any = "novelty", seeds: int = 3, rng: int = 0,
+                    defense: str = "support") -> NearCopySweep:
+    """A corrupted copy of an archetype (overlap ``m``) against ``defense="support"`` (s = 2), or
+    (``defense="fresh"``) against the fresh acceptance, the library's default server
+    ({ref}`sec-robust-fresh`).
 
     One shot (issue 18's setting, N = M = 400, r = 0.9, K = 3): ``n_good`` honest uploads and
     one rank-one upload of archetype 0 with ``round((1 - m) N / 2)`` bits flipped. Over a
@@ -805,6 +833,9 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
     the pattern it recovers from the broadcast. Derived in {ref}`sec-robust-support`
     (:prf:ref:`thm-robust-support`, part 3).
     """
+    check_choice(defense, "defense", ("support", "fresh"))
+    server_kw: dict = ({"defense": "support", "defense_params": {"s": 2}} if defense == "support"
+                       else {"acceptance": "fresh"})
     from fedlam import attacks, data, federation, metrics, operators
     from fedlam.protocol import Upload
 
@@ -827,7 +858,7 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
             x = xi[0].copy()
             x[np.random.default_rng(seed + 1000).permutation(N)[:n_flip]] *= -1
             ups.append(Upload(operators.pattern_operator(x[None]), M, float("nan"), 1.0 - r * r))
-            pats = federation.Server(defense="support").round(ups, np.random.default_rng(seed)).patterns
+            pats = federation.Server(**server_kw).round(ups, np.random.default_rng(seed)).patterns
             out["one"][vi, si] = metrics.magnetization(pats, xi)
             out["one_copy"][vi, si] = n_flip > 0 and _stored(pats, x)
             # the federation: the attacker corrupts what it recovers, flipping n_flip_fed bits
@@ -837,15 +868,14 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
             good = [federation.ClientSpec(r=r, M=M, mixture=mix) for _ in range(n_good)]
             beh = attacks.Targeted(seed=seed, flip_fraction=(n_fed + 0.5) / N_fed)
             specs = good + [federation.ClientSpec(r=r, M=M, mixture=mix, behaviour=beh)]
-            h = federation.run_federation(xi_f, specs, T, seed, controller=controller, known_r=True,
-                                          defense="support", defense_params={"s": 2})
+            h = federation.run_federation(xi_f, specs, T, seed, controller=controller, known_r=True, **server_kw)
             out["fed"][vi, si] = h.magnetization[-1]
             out["fed_min"][vi, si] = h.magnetization[1:].min()
             if n_fed:
                 fake = beh.fake_for(xi_f)[0]
                 out["fed_copy"][vi, si] = any(_stored(pt, fake) for pt in h.patterns)
     params = {"m_values": ms, "N": N, "M": M, "r": r, "K": K, "n_good": n_good, "T": T, "N_fed": N_fed,
-              "controller": controller, "seeds": S, "rng": int(rng)}
+              "controller": controller, "seeds": S, "rng": int(rng), "defense": defense}
     return NearCopySweep(m_values=out["m"], one_shot=out["one"], one_shot_copy=out["one_copy"],
                          federation=out["fed"], federation_min=out["fed_min"], federation_copy=out["fed_copy"],
                          params=params)
@@ -880,7 +910,7 @@ def setting_table(params: AdversarialParams) -> Any:
         ("N, K, T", f"{p.N}, {p.K}, {p.T}"),
         ("good clients, r, M", f"{p.n_good}, {p.r_good}, {p.M}"),
         ("attacks", ", ".join(p.attacks)),
-        ("defences", ", ".join(p.defenses)),
+        ("defences", ", ".join(defense_label(d) for d in p.defenses)),
         ("weight rules", ", ".join(controller_label(c) for c in p.controllers)),
         ("EMA coefficient", f"{p.ema_alpha}"),
         ("r: good / noise client", f"{'stated' if p.known_r else 'estimated'} / {r_adv}"),
@@ -965,7 +995,7 @@ def grid_table(res: AdversarialResult, controller: Any) -> Any:
             s = res.summary[f"{a}/{d}/{controller}"]
             fake = (f"{_pct(s['fake_final_fraction'])} / {_pct(s['fake_any_fraction'])}"
                     if "fake_final_fraction" in s else "—")
-            rows.append((a, d, f"{s['m_final']:.2f} ({s['m_min_final']:.2f})",
+            rows.append((a, defense_label(d), f"{s['m_final']:.2f} ({s['m_min_final']:.2f})",
                          f"{s['spurious_final_mean']:.1f} ({s['spurious_max']})", fake, _latency(s)))
     title = (f"{controller_label(controller)}: {len(rows)} runs, {p.seeds} seeds (final round, means "
              "over seeds: m of the old archetypes (minimum); spurious patterns (maximum over rounds); "
@@ -975,8 +1005,9 @@ def grid_table(res: AdversarialResult, controller: Any) -> Any:
 
 
 def support_table(res: AdversarialResult) -> Any:
-    """The single poisoners (poison, hidden, targeted) against the support test, per rule, and
-    without a defence (either rule); ``None`` if ``"support"`` was not run."""
+    """The single poisoners (poison, hidden, targeted) against the support test, per rule, then
+    under the fresh acceptance and the paper's server (``"fresh"``, ``"none"``: the worse of the
+    rules); ``None`` if ``"support"`` was not run."""
     from fedlam.experiments._common import TitledTable
 
     p = _check_result(res, AdversarialResult).params
@@ -991,13 +1022,18 @@ def support_table(res: AdversarialResult) -> Any:
             sp = int(res.spurious[:, p.attacks.index(a), D, C[c]].max())
             rows.append(("support", a, str(c), f"{100 * s['fake_any_fraction']:.0f}%",
                          str(sp), f"{s['m_min_final']:.2f}"))
-    if "none" in p.defenses:
+    for d in ("fresh", "none"):
+        if d not in p.defenses:
+            continue
         for a in single:
-            f = max(res.summary[f"{a}/none/{c}"]["fake_any_fraction"] for c in p.controllers)
-            rows.append(("none", a, "either", f"{100 * f:.0f}%", "", ""))
-    return TitledTable("Single poisoners: the support test against no defence (rule: weight rule, "
-                       "paper = the paper's entropy rule, novelty = ours; fake: stored in % of seeds, "
-                       "any round; spurious: maximum)", rows,
+            f = max(res.summary[f"{a}/{d}/{c}"]["fake_any_fraction"] for c in p.controllers)
+            sp = int(res.spurious[:, p.attacks.index(a), p.defenses.index(d)].max())
+            mm = min(res.summary[f"{a}/{d}/{c}"]["m_min_final"] for c in p.controllers)
+            rows.append((defense_label(d), a, "either", f"{100 * f:.0f}%", str(sp), f"{mm:.2f}"))
+    return TitledTable("Single poisoners: the support test, the fresh acceptance (the library's "
+                       "default) and the paper's server (rule: weight rule, paper = the paper's "
+                       "entropy rule, novelty = ours, either: the worse of the two; fake: stored in "
+                       "% of seeds, any round; spurious: maximum)", rows,
                        ("defence", "attack", "rule", "fake", "spurious", "min m"))
 
 
@@ -1010,7 +1046,7 @@ def tradeoff_table(tres: TradeoffResult) -> Any:
     for sc in p.scenarios:
         for d in p.defenses:
             s = tres.summary[f"{sc}/{d}"]
-            rows.append((sc, d, f"{100 * s['recovered_final']:.0f}%", f"{s['m_min_final']:.2f}",
+            rows.append((sc, defense_label(d), f"{100 * s['recovered_final']:.0f}%", f"{s['m_min_final']:.2f}",
                          str(s["spurious_max"]), _latency(s)))
     title = (f"Honest federations (N = {p.N}, M = {p.M}, T = {p.T}, L = {p.L}, K = {p.K}; "
              f"{controller_label(p.controller)}; seeds: {p.seeds}; stored: archetypes with "
@@ -1053,21 +1089,23 @@ def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
         if a in p.attacks and "none" in p.defenses:
             s = res.summary[f"{a}/none/{c}"]
             line = f"{100 * s['fake_any_fraction']:.0f}%"
-            if "support" in p.defenses:
-                s2 = res.summary[f"{a}/support/{c}"]
-                line += f" / {100 * s2['fake_any_fraction']:.0f}%"
+            for d in ("support", "fresh"):
+                if d in p.defenses:
+                    line += f" / {100 * res.summary[f'{a}/{d}/{c}']['fake_any_fraction']:.0f}%"
             rows.append((f"fake stored, {a}", "robust", line))
+    names = {"support": "the support test", "fresh": "the fresh acceptance"}
+    under = " / ".join(["the paper's server"] + [names[d] for d in ("support", "fresh") if d in p.defenses])
     title = ("Paper versus measured (the paper's entropy rule, last round; w: weight, the attacker's "
              "r estimated from its spectrum and clamped at 0.1, or its own; mean m: caption / text "
-             "of the paper; fake stored: % of seeds, any round, without / with the support test; "
+             f"of the paper; fake stored: % of seeds, any round, under {under}; "
              "the paper's robustness claim covers only the noise client)")
     return TitledTable(title, rows, ("quantity", "paper", "measured"))
 
 
 def near_copy_table(sweep: NearCopySweep) -> Any:
-    """Per overlap m of the copy (:func:`near_copy_sweep`): the smallest magnetization of any
-    archetype (one shot; federation at the last round and over rounds 1 to T - 1) and whether
-    the copy was ever stored."""
+    """Per overlap m of the copy (:func:`near_copy_sweep`, support test or fresh acceptance): the
+    smallest magnetization of any archetype (one shot; federation at the last round and over
+    rounds 1 to T - 1) and whether the copy was ever stored."""
     from fedlam.experiments._common import TitledTable
 
     sweep = _check_result(sweep, NearCopySweep, "sweep")
@@ -1079,7 +1117,9 @@ def near_copy_table(sweep: NearCopySweep) -> Any:
              f"{sweep.federation[i].min():.3f}", f"{sweep.federation_min[i].min():.3f}",
              yes(sweep.federation_copy[i]))
             for i, m in enumerate(sweep.m_values)]
-    return TitledTable("A near-copy of archetype 0 against the support test (smallest "
+    against = {"support": "the support test",
+               "fresh": "the fresh acceptance (the default)"}[sweep.params.get("defense", "support")]
+    return TitledTable(f"A near-copy of archetype 0 against {against} (smallest "
                        "magnetization of any archetype: one shot, in the federation at the last "
                        "round and over rounds; stored: the copy, in any round)", rows,
                        ("copy's m", "one shot", "stored", "federation", "over rounds", "stored"))
