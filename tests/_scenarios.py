@@ -11,8 +11,10 @@ extra client by the ``clients`` axis, T = 40. Axis values in fedlam's terms:
   the mean (``L = 6``) is sqrt(L)-ish lower, but a certifying server (the support defence, the
   fresh acceptance) votes on single uploads, so a spike must be visible in one upload; at 3 x the
   mean's threshold the silhouettes rows lose two archetypes in every defended row (measured);
-- defence ``none``: ``acceptance="fresh"`` (the certified acceptance issue 18 asks to make the
-  default; it is an option today); ``support``/``median``: ``defense=``;
+- defence ``none``: ``acceptance="fresh"``, the server's default without a defence
+  (:func:`fedlam.federation.default_acceptance`), set explicitly because under example-level
+  privacy the default is the paper's acceptance and the rows ask the certified one with
+  every option; ``support``/``median``: ``defense=``;
 - participation ``half-asked-20%-dropout``: ``Participation(fraction=0.5, min_clients=2,
   dropout=0.2)``;
 - clients ``+noise``: a client whose examples are uniform +-1; ``+poison``:
