@@ -114,6 +114,7 @@ __all__ = [
     "fresh_quorum",
     "fresh_aggregate",
     "memory_span",
+    "stored_patterns",
 ]
 
 #: Defences selectable by name (``None`` is the paper's plain mean).
@@ -1409,6 +1410,18 @@ def fresh_aggregate(
     So the memory keeps what it holds as with ``s = 1`` (a stored direction needs no fresh vote,
     one along which stored patterns nearly coincide needs one), and the quorum applies to what
     enters: a direction outside the stored span.
+
+    *Merging.* When the difference of two stored patterns ``x``, ``y`` (overlap ``m``) is
+    flattened, what is left of them is their normalised sum, and neither pattern is a sign
+    pattern of it: each has the in-span fraction ``(1 + m)/2``, below the factorization's
+    acceptance for ``m < 0.9``, so both would be lost for a round (and for good if the data no
+    longer hold the archetype). The supported direction along the sum is therefore swapped for
+    one member of the pair: the one the clients' fresh parts hold most (the largest sum of
+    Rayleigh quotients), the first stored when no fresh part holds either. The stored patterns
+    are recovered from the broadcast's span (:func:`stored_patterns`). On the drift experiment
+    (book preset, 3 seeds) the pair is then stored for the single round in which it is born, and
+    no archetype is lost after its entry (without the swap: spurious patterns in two rounds and
+    archetype 3 lost for one round in one seed).
 
     Why a quorum of 2 and not 1 (derived in {ref}`sec-robust-fresh`):
 
