@@ -114,6 +114,7 @@ __all__ = [
     "fresh_quorum",
     "fresh_aggregate",
     "memory_span",
+    "stored_patterns",
 ]
 
 #: Defences selectable by name (``None`` is the paper's plain mean).
@@ -1113,6 +1114,88 @@ def _top_spectrum_for(J: np.ndarray, comps: list, noise_var: float, n_sigma: flo
         start = spec.vectors
 
 
+def stored_patterns(span: np.ndarray) -> np.ndarray:
+    """(n, N) int8: the +-1 patterns of a stored span (:func:`memory_span`), up to sign.
+
+    The span of the stored patterns ``xi`` is the range of the broadcast ``xi^T xi / N``; its
+    +-1 vectors are the stored patterns themselves (generically the only ones, chapter 3), and
+    each is a fixed point of the in-span search (:func:`fedlam.lam.search_span`) with in-span
+    fraction 1. Seeded (``rng = 0``): the same span gives the same patterns.
+    Derived in {ref}`sec-robust-fresh`.
+    """
+    from . import lam
+
+    N, r = span.shape
+    if r == 0:
+        return np.zeros((0, N), dtype=np.int8)
+    X = lam.search_span(span, 8 * r + 8, 0)
+    frac = np.einsum("ij,ij->i", X @ span, X @ span) / N
+    X = X[frac >= 1.0 - 1e-9]
+    out: list[np.ndarray] = []
+    for x in X:
+        if not any(abs(int(x.astype(np.int64) @ y)) == N for y in out):
+            out.append(x.astype(np.int8))
+    return np.array(out, dtype=np.int8).reshape(len(out), N)
+
+
+def _snap_to_stored(Gs: np.ndarray, V: np.ndarray, span: np.ndarray, uploads: Sequence[Any],
+                    ops: Sequence[np.ndarray], broadcast: np.ndarray | None,
+                    rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """Supported coordinates (in V) with every merged group of stored patterns represented by
+    one of them, and the complement (see :func:`fresh_aggregate`, *merging*).
+
+    When two stored patterns ``x``, ``y`` (overlap ``m``) lose their difference direction, the
+    supported span keeps their normalised sum ``u``, whose sign pattern is neither: each has the
+    fraction ``(1 + m)/2`` in it, and the factorization accepts neither when that is below its
+    in-span threshold. The direction of the supported span nearest a group is replaced by the
+    member the clients' fresh parts hold most (the largest sum of Rayleigh quotients
+    ``p^T F_c p / N``, :func:`fresh_operator`; the first stored on a tie, e.g. when the data no
+    longer hold either), so the memory merges the pair into one of its patterns.
+    """
+    d = V.shape[1]
+    P = stored_patterns(span)
+    if P.shape[0] == 0:
+        return Gs, _complement(Gs, d)
+    N = V.shape[0]
+    Y = V.T @ (P.T.astype(np.float64) / math.sqrt(N))               # (d, n) coordinates
+    inside = np.einsum("ij,ij->j", Y, Y)                               # fraction of each in span V
+    proj = Gs @ (Gs.T @ Y)                                             # their parts in the supported span
+    fs = np.einsum("ij,ij->j", proj, proj)
+    # the fresh parts' Rayleigh quotients of every stored pattern, without forming F_c
+    Pf = P.T.astype(np.float64)
+    quad = lambda X: np.einsum("ij,ij->j", Pf, X @ Pf) / N   # noqa: E731
+    mem = quad(broadcast) if broadcast is not None else np.zeros(P.shape[0])
+    ray = sum(quad(U) - (1.0 - _fresh_weight(u)) * mem for U, u in zip(ops, uploads, strict=True))
+    ray = np.round(np.asarray(ray, dtype=np.float64), 12)          # ties (no fresh evidence) -> first
+    done = np.zeros(P.shape[0], dtype=bool)
+    for j in np.argsort(-ray, kind="stable"):
+        if done[j] or inside[j] < rho or fs[j] < rho * inside[j]:
+            continue
+        v = proj[:, j] / math.sqrt(fs[j])
+        # the group: stored patterns whose supported part is (nearly) the same direction v
+        group = [i for i in range(P.shape[0]) if fs[i] > 0 and (v @ proj[:, i]) ** 2 >= rho * fs[i]]
+        done[group] = True
+        if fs[j] >= (1.0 - 0.1 * (1.0 - rho)) * inside[j]:
+            continue                       # the pattern itself is (nearly) in the supported span
+        r = Y[:, j] / math.sqrt(inside[j])
+        # swap v for the pattern's direction: (S minus v) plus r
+        rest = Gs - np.outer(v, v @ Gs)
+        U, sv, _ = np.linalg.svd(rest, full_matrices=False)
+        keep = U[:, sv > 1e-8]
+        r = r - keep @ (keep.T @ r)
+        Gs = np.column_stack([keep, r / math.sqrt(float(r @ r))])
+        proj = Gs @ (Gs.T @ Y)
+        fs = np.einsum("ij,ij->j", proj, proj)
+    return Gs, _complement(Gs, d)
+
+
+def _complement(G: np.ndarray, d: int) -> np.ndarray:
+    """Orthonormal basis of the complement of the orthonormal columns G in R^d."""
+    if G.shape[1] == 0:
+        return np.eye(d)
+    return np.linalg.svd(np.eye(d) - G @ G.T)[0][:, : d - G.shape[1]]
+
+
 def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarray], comps: list,
                    noise_var: float, broadcast: np.ndarray | None, N: int,
                    p: dict, start: np.ndarray | None = None,
@@ -1140,6 +1223,8 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
     # supported subspace (projector Ps), put the bulk level on the unsupported one (Pu), and
     # drop the cross terms: H' = Ps diag(lam_k) Ps + floor Pu; outside span V nothing changes.
     Gs = res.supported
+    if span is not None and span.shape[1] and Gs.shape[1]:
+        Gs, Gu = _snap_to_stored(Gs, V, span, uploads, ops, broadcast, p["rho"])
     Ps = Gs @ Gs.T
     Pu = Gu @ Gu.T
     Hk = Ps @ (lam_k[:, None] * Ps) + floor * Pu
@@ -1325,6 +1410,18 @@ def fresh_aggregate(
     So the memory keeps what it holds as with ``s = 1`` (a stored direction needs no fresh vote,
     one along which stored patterns nearly coincide needs one), and the quorum applies to what
     enters: a direction outside the stored span.
+
+    *Merging.* When the difference of two stored patterns ``x``, ``y`` (overlap ``m``) is
+    flattened, what is left of them is their normalised sum, and neither pattern is a sign
+    pattern of it: each has the in-span fraction ``(1 + m)/2``, below the factorization's
+    acceptance for ``m < 0.9``, so both would be lost for a round (and for good if the data no
+    longer hold the archetype). The supported direction along the sum is therefore swapped for
+    one member of the pair: the one the clients' fresh parts hold most (the largest sum of
+    Rayleigh quotients), the first stored when no fresh part holds either. The stored patterns
+    are recovered from the broadcast's span (:func:`stored_patterns`). On the drift experiment
+    (book preset, 3 seeds) the pair is then stored for the single round in which it is born, and
+    no archetype is lost after its entry (without the swap: spurious patterns in two rounds and
+    archetype 3 lost for one round in one seed).
 
     Why a quorum of 2 and not 1 (derived in {ref}`sec-robust-fresh`):
 

@@ -174,10 +174,6 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
 
 # Rows that break an invariant today, with what was measured (issue 18 stays open on them).
 KNOWN_FAILURES: dict[int, str] = {
-    4: ("silhouettes under privacy with a noise client and constant weight 0.5: K-hat = 2 of 3 in "
-        "38 of 40 rounds (the weakest spike, 1.2 x its critical noise, is not counted), no "
-        "correlated silhouette lies in the span of the two detected directions, so the memory is "
-        "empty in 36 of 40 rounds and m = (0, 0, 0) at the last round"),
     10: ("privacy + support + poisoner under drift: archetype 0, no longer in the data, "
          "is kept at m = 0.925 (< 0.95)"),
 }

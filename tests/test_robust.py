@@ -636,3 +636,19 @@ def test_support_near_copy_never_costs_an_archetype(n_flip):
         assert np.all(ov.max(axis=0) >= 0.99), (seed, ov.max(axis=0))
         if n_flip:   # the copy is not stored in the archetype's place
             assert not np.any(np.all(pats == x, axis=1) | np.all(pats == -x, axis=1)), seed
+
+
+def test_stored_patterns_recovers_the_broadcast_patterns():
+    """The +-1 vectors of the stored span are the stored patterns (up to sign and order), also for
+    a near-duplicate pair (overlap 0.9), and nothing for an empty memory."""
+    from fedlam import data, operators
+
+    xi = data.random_archetypes(3, 300, 11)
+    dup = xi[0].copy()
+    dup[np.random.default_rng(2).choice(300, 15, replace=False)] *= -1
+    P = np.vstack([xi, dup[None]])
+    got = robust.stored_patterns(robust.memory_span(operators.pattern_operator(P)))
+    ov = np.abs(got.astype(float) @ P.T.astype(float)) / 300
+    assert got.shape == (4, 300) and np.array_equal(np.sort(ov.argmax(axis=1)), np.arange(4))
+    assert np.all(ov.max(axis=1) == 1.0)
+    assert robust.stored_patterns(np.zeros((300, 0))).shape == (0, 300)
