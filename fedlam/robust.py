@@ -1125,6 +1125,10 @@ def stored_patterns(span: np.ndarray) -> np.ndarray:
     """
     from . import lam
 
+    if not isinstance(span, np.ndarray) or span.ndim != 2 or span.dtype != np.float64 \
+            or span.shape[1] > span.shape[0] or span.shape[0] < 2 or not np.all(np.isfinite(span)):
+        raise ValueError(f"span must be a finite float64 (N, r) array with 2 <= N and r <= N "
+                         f"(memory_span of a broadcast), got {_describe(span)}")
     N, r = span.shape
     if r == 0:
         return np.zeros((0, N), dtype=np.int8)

@@ -193,7 +193,7 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         server_kw["acceptance"] = federation.default_acceptance(
             secure=server_kw.get("secure", False), defense=server_kw.get("defense"),
             client_privacy=server_kw.get("client_privacy"),
-            privacy=instantiate(rc.client_options.get("privacy")))
+            privacy=rc.client_options.get("privacy"))   # its presence decides, not its values
     server = federation.Server(rc.aggregation, rc.lam_params, **server_kw)
     T = rc.rounds
     hist: dict[str, Any] = {
