@@ -128,3 +128,36 @@ def test_bytes_per_round():
     assert b["upload_per_client"] == 784 * 785 // 2 * 4
     assert b["broadcast_per_client"] == 3 * 784
     assert abs(b["ratio_dense"] - 8 * 784 * 784 / (784 * 785 / 2 * 4)) < 1e-12
+
+
+def test_free_port_never_hands_out_a_port_twice(monkeypatch):
+    """The OS may hand a released port out again at once; SuperNodes started without waiting
+    then clashed (a CI run gave two of seven SuperNodes the same port). The port finder skips the
+    ports already handed out."""
+    import socket
+
+    from fedlam.flower import deploy
+
+    ports = iter([5001, 5001, 5001, 5002])
+
+    class FakeSocket:
+        def __init__(self, *a):
+            self.port = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def bind(self, addr):
+            self.port = next(ports)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(socket, "socket", FakeSocket)
+    assert deploy.free_port() == 5001
+    assert deploy.free_port(exclude={5001}) == 5002
+    with pytest.raises(TypeError, match="exclude"):
+        deploy.free_port(exclude=7)

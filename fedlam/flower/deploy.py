@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,23 @@ class FlowerError(RuntimeError):
     """A Flower process failed (port clash, crashed node, failed run); the message says which."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_port(host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
+    """A TCP port that is free on ``host`` now (the OS picks it) and not in ``exclude``.
+
+    ``exclude``: ports already handed to processes that may not have bound them yet (the OS can
+    hand a released port out again at once: a SuperNode started without waiting and the next one
+    once got the same port).
+    """
+    if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection) \
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in exclude):
+        raise TypeError(f"exclude must be a collection of int ports, got {exclude!r:.80}")
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in exclude:
+            return port
+    raise FlowerError(f"no free port on {host} outside the {len(exclude)} already handed out")
 
 
 def format_toml_value(v: Any) -> str:
@@ -291,7 +303,7 @@ class LocalFederation:
     def start_node(self, i: int, cfg: Mapping[str, Any], wait: bool = True) -> tuple[int, _Proc]:
         """Start SuperNode ``i`` with ``cfg`` as its ``--node-config`` (late joiners too);
         returns its port and process."""
-        port = free_port(self.host)
+        port = free_port(self.host, exclude={self.superlink_port, *self.node_ports})
         self.node_ports.append(port)
         proc = self._spawn(f"supernode-{i}", [
             _bin("flower-supernode"), "--insecure", "--superlink", f"{self.host}:{self.superlink_port}",
