@@ -89,11 +89,8 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
     :func:`run_federation` and the Flower coordinator pass ``privacy`` here.
     Derived in {ref}`sec-robust-fresh`.
     """
-    if secure or client_privacy is not None or defense not in (None, "support"):
-        return "paper"
-    if privacy is not None:
-        return "paper"
-    return "fresh"
+    sum_only = secure or client_privacy is not None or privacy is not None
+    return "paper" if sum_only or defense not in (None, "support") else "fresh"
 
 
 #: K-hat rules of the server: per-client scalars (default), a fit of every upload's bulk
@@ -378,6 +375,12 @@ class RoundResult:
     patterns: np.ndarray
     broadcast: np.ndarray
     weights: np.ndarray | None
+
+    @property
+    def warm_start(self) -> np.ndarray | None:
+        """(N, j) detected eigenvectors that warm-start the next round's spectrum (None: none)."""
+        vec = getattr(self.result, "vectors", None)
+        return vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
 
 
 class Server:
@@ -1087,8 +1090,7 @@ def run_federation(
         # a defence removes the broadcast it sent from every upload (the clients' fresh evidence)
         kw = {"broadcast": broadcast} if server.needs_uploads else {}
         rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
-        vec = getattr(rr.result, "vectors", None)
-        start = vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
+        start = rr.warm_start
         if reconstruct is not None:
             patterns = reconstruct(rr.result)
             if not isinstance(patterns, np.ndarray):

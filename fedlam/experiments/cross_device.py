@@ -363,8 +363,7 @@ def federate(archetypes: np.ndarray, specs: Sequence[Any], T: int, rng: Any, *, 
         kw = {"broadcast": broadcast} if server.needs_uploads else {}
         rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
         t_round = clock() - t0
-        vec = getattr(rr.result, "vectors", None)
-        start = vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
+        start = rr.warm_start
         if time_rounds:
             ts["t_sum"][t] = t_sum
             ts["t_rest"][t] = t_round if stream else max(t_round - t_sum, 0.0)
