@@ -1063,11 +1063,7 @@ def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Seq
         if res2 > 1.0 - rho:
             basis.append(x / math.sqrt(res2))
     sup = np.column_stack(basis) if basis else np.zeros((d, 0))
-    if sup.shape[1]:
-        full = np.linalg.svd(np.eye(d) - sup @ sup.T)[0]
-        uns = full[:, : d - sup.shape[1]]
-    else:
-        uns = np.eye(d)
+    uns = _complement(sup, d)
     votes = counts = acc = None
     if candidates is not None:
         Y = Q.T @ (candidates.T.astype(np.float64) / math.sqrt(N))  # (d, C)
@@ -1142,7 +1138,7 @@ def stored_patterns(span: np.ndarray) -> np.ndarray:
     return np.array(out, dtype=np.int8).reshape(len(out), N)
 
 
-def _snap_to_stored(Gs: np.ndarray, V: np.ndarray, span: np.ndarray, uploads: Sequence[Any],
+def _snap_to_stored(Gs: np.ndarray, Gu: np.ndarray, V: np.ndarray, span: np.ndarray, uploads: Sequence[Any],
                     ops: Sequence[np.ndarray], broadcast: np.ndarray | None,
                     rho: float) -> tuple[np.ndarray, np.ndarray]:
     """Supported coordinates (in V) with every merged group of stored patterns represented by
@@ -1159,7 +1155,7 @@ def _snap_to_stored(Gs: np.ndarray, V: np.ndarray, span: np.ndarray, uploads: Se
     d = V.shape[1]
     P = stored_patterns(span)
     if P.shape[0] == 0:
-        return Gs, _complement(Gs, d)
+        return Gs, Gu
     N = V.shape[0]
     Y = V.T @ (P.T.astype(np.float64) / math.sqrt(N))               # (d, n) coordinates
     inside = np.einsum("ij,ij->j", Y, Y)                               # fraction of each in span V
@@ -1167,11 +1163,15 @@ def _snap_to_stored(Gs: np.ndarray, V: np.ndarray, span: np.ndarray, uploads: Se
     fs = np.einsum("ij,ij->j", proj, proj)
     # the fresh parts' Rayleigh quotients of every stored pattern, without forming F_c
     Pf = P.T.astype(np.float64)
-    quad = lambda X: np.einsum("ij,ij->j", Pf, X @ Pf) / N   # noqa: E731
+
+    def quad(X: np.ndarray) -> np.ndarray:
+        return np.einsum("ij,ij->j", Pf, X @ Pf) / N
+
     mem = quad(broadcast) if broadcast is not None else np.zeros(P.shape[0])
-    ray = sum(quad(U) - (1.0 - _fresh_weight(u)) * mem for U, u in zip(ops, uploads, strict=True))
-    ray = np.round(np.asarray(ray, dtype=np.float64), 12)          # ties (no fresh evidence) -> first
+    fresh = np.sum([quad(U) - (1.0 - _fresh_weight(u)) * mem for U, u in zip(ops, uploads, strict=True)], axis=0)
+    ray = np.round(fresh, 12)                                      # ties (no fresh evidence) -> first
     done = np.zeros(P.shape[0], dtype=bool)
+    swapped = False
     for j in np.argsort(-ray, kind="stable"):
         if done[j] or inside[j] < rho or fs[j] < rho * inside[j]:
             continue
@@ -1188,9 +1188,10 @@ def _snap_to_stored(Gs: np.ndarray, V: np.ndarray, span: np.ndarray, uploads: Se
         keep = U[:, sv > 1e-8]
         r = r - keep @ (keep.T @ r)
         Gs = np.column_stack([keep, r / math.sqrt(float(r @ r))])
+        swapped = True
         proj = Gs @ (Gs.T @ Y)
         fs = np.einsum("ij,ij->j", proj, proj)
-    return Gs, _complement(Gs, d)
+    return (Gs, _complement(Gs, d)) if swapped else (Gs, Gu)
 
 
 def _complement(G: np.ndarray, d: int) -> np.ndarray:
@@ -1228,7 +1229,7 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
     # drop the cross terms: H' = Ps diag(lam_k) Ps + floor Pu; outside span V nothing changes.
     Gs = res.supported
     if span is not None and span.shape[1] and Gs.shape[1]:
-        Gs, Gu = _snap_to_stored(Gs, V, span, uploads, ops, broadcast, p["rho"])
+        Gs, Gu = _snap_to_stored(Gs, Gu, V, span, uploads, ops, broadcast, p["rho"])
     Ps = Gs @ Gs.T
     Pu = Gu @ Gu.T
     Hk = Ps @ (lam_k[:, None] * Ps) + floor * Pu
