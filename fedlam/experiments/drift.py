@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fedlam._validation import check_pm1
 from fedlam.experiments._common import (
     JsonResult,
     TitledTable,
@@ -412,8 +413,7 @@ def duplicate_eigenvalues(m: float, alpha: float, beta: float, c: float = 0.0) -
 
 
 def _check_pm1(x: Any, name: str, N: int | None = None) -> np.ndarray:
-    if not isinstance(x, np.ndarray) or x.ndim != 1 or x.size < 2 or not np.all(np.abs(x) == 1):
-        raise ValueError(f"{name} must be a 1-d array of +-1 entries, got {x!r:.60}")
+    x = check_pm1(x, name, ndim=1)
     if N is not None and x.size != N:
         raise ValueError(f"{name} must have length {N}, got {x.size}")
     return x
@@ -440,15 +440,13 @@ def copy_operator(x: np.ndarray, y: np.ndarray, alpha: float, beta: float, c: fl
 def flip_bits(x: np.ndarray, flips: int, rng: Any) -> np.ndarray:
     """A copy of the +-1 vector ``x`` with ``flips`` distinct entries negated (overlap
     ``1 - 2 flips / N``), chosen by ``rng`` (a ``numpy.random.Generator`` or int seed)."""
-    from fedlam._validation import as_rng
+    from fedlam import hopfield
 
     x = _check_pm1(x, "x")
     flips = check_positive_int(flips, "flips")
     if flips > x.size:
         raise ValueError(f"flips must be at most N = {x.size}, got {flips}")
-    out = x.copy()
-    out[as_rng(rng).choice(x.size, flips, replace=False)] *= -1
-    return out
+    return hopfield.corrupt(x, flips / x.size, rng)
 
 
 def copy_uploads(archetypes: np.ndarray, stored: np.ndarray, w: float, r: float, M: int, L: int,
