@@ -93,8 +93,7 @@ PRESET_HELP: dict[str, str] = {
              "50 trials), one noise client among four good ones (N = 1000, M = 800, T = 10, 20 seeds, the "
              "paper's rule and ours), exposure drift (N = 400, T = 30, 10 seeds), novelty (N = 400, T = 24, "
              "30 seeds), silhouettes (N = 784, T = 12, 10 seeds); measured with --scheduler local --workers 2 "
-             "on two cores shared with other jobs (load 4-27): 950 s of CPU, 33 min wall; estimated "
-             "8-9 min on two idle cores (benchmarks/README.md)",
+             "on two idle cores: 593 s (9.9 min) wall, 1086 s of CPU (benchmarks/README.md)",
     "full": "every notebook at the paper's scale, our additions included: the attack x defence grid "
             "(7 attacks x 5 defences x 2 rules x 20 seeds = 1400 federations at N = 1000) and the "
             "defences' trade-off sweep (20 seeds, about 960 federations at N = 1000), baselines (7 "
