@@ -626,15 +626,16 @@ class Server:
         if self.defense is None and self.acceptance == "fresh":
             if aggregate is not None:
                 raise ValueError("acceptance='fresh' needs every upload's operator, not a pre-summed aggregate")
-            for c, u in enumerate(uploads):
-                check_operator(u.operator, f"uploads[{c}].operator")
+            # validated once: the mean of the uploads (fresh_aggregate names a culprit upload)
             ra = robust.fresh_aggregate(list(uploads), weights, broadcast=broadcast, start=start)
             return self._factorize_robust(ra, rng, weights, start)
         if self.defense is not None:
-            # robust aggregation reads every operator on its own: each is checked here, and
+            # the support test validates the mean once (robust._checked_mean); the median,
+            # trimmed mean and Krum read every operator on its own: each is checked here, and
             # the operator the defence builds from them is not checked again
-            for c, u in enumerate(uploads):
-                check_operator(u.operator, f"uploads[{c}].operator")
+            if self.defense != "support":
+                for c, u in enumerate(uploads):
+                    check_operator(u.operator, f"uploads[{c}].operator")
             if self.defense in ("median", "trimmed"):
                 weights = None          # unweighted estimators
             ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast,

@@ -213,7 +213,17 @@ def _aggregate(mats: Sequence[np.ndarray], w: np.ndarray | None) -> np.ndarray:
     out = np.zeros(mats[0].shape, dtype=np.float64)
     for wi, m in zip(w, mats, strict=True):
         if wi != 0.0:
-            out += wi * m
+            _add_scaled(out, float(wi), m)
+    return out
+
+
+def _add_scaled(out: np.ndarray, w: float, m: np.ndarray) -> np.ndarray:
+    """``out += w * m`` in row blocks of about 1 MB: the same numbers as the one-line
+    expression, without its (N, N) temporary (a round's peak memory counts it)."""
+    n = out.shape[0]
+    step = max(1, 2**17 // max(1, out.shape[1]))
+    for a in range(0, n, step):
+        out[a : a + step] += w * m[a : a + step]
     return out
 
 

@@ -72,13 +72,14 @@ from typing import Any
 
 import numpy as np
 
-from fedlam import khat
+from fedlam import khat, operators
 from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _top_values_spectrum
 from fedlam._validation import (
     _describe,
     check_count,
     check_in_range,
     check_nonneg_int,
+    check_operator,
     check_operator_list,
     check_pm1,
     check_positive_int,
@@ -422,7 +423,29 @@ def mean_aggregate(ops: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray
     weights = _check_weights(weights, len(ops))
     J = np.multiply(ops[0], weights[0])
     for w, op in zip(weights[1:], ops[1:], strict=True):
-        J += w * op
+        operators._add_scaled(J, w, op)
+    return J
+
+
+def _checked_mean(ops: Sequence[np.ndarray], om: np.ndarray) -> np.ndarray:
+    """:func:`mean_aggregate` of operators already checked for shape and dtype
+    (:func:`_check_uploads`), validated once (DESIGN section 9.2): finiteness and symmetry of the
+    mean in one ``O(N^2)`` pass. A NaN or inf in an upload with a non-zero weight reaches the
+    mean; only when the mean fails are the uploads checked one by one, to name the culprit.
+    Uploads with weight 0 do not enter the mean and are checked on their own (the support test
+    still reads them)."""
+    J = np.multiply(ops[0], om[0])
+    for w, op in zip(om[1:], ops[1:], strict=True):
+        operators._add_scaled(J, w, op)
+    for c, op in enumerate(ops):
+        if om[c] == 0.0:
+            check_operator(op, f"uploads[{c}].operator")
+    try:
+        check_operator(J, "aggregate")
+    except ValueError:
+        for c, op in enumerate(ops):
+            check_operator(op, f"uploads[{c}].operator")
+        raise
     return J
 
 
@@ -1333,7 +1356,7 @@ def aggregate(
     if name is None or name == "support":
         if name is None:
             comps, v = khat.components_from_uploads(list(uploads), om, N)
-            return RobustAggregate(mean_aggregate(ops, om), comps, v, None, {"defense": None})
+            return RobustAggregate(_checked_mean(ops, om), comps, v, None, {"defense": None})
         return _supported_mean(uploads, ops, om, broadcast, N, p, start, None, defense="support")
     if name in ("median", "trimmed"):
         if not np.allclose(om, 1.0 / L, rtol=0.0, atol=1e-12):
@@ -1517,7 +1540,7 @@ def _supported_mean(uploads: Sequence[Any], ops: Sequence[np.ndarray], om: np.nd
     whose other directions count ``s - 1`` votes, None for the defence); ``details`` are added to
     the cleaning's details."""
     comps, v = khat.components_from_uploads(list(uploads), om, N)
-    J2, spec, det = _support_clean(mean_aggregate(ops, om), uploads, ops, comps, v, broadcast, N, p, start,
+    J2, spec, det = _support_clean(_checked_mean(ops, om), uploads, ops, comps, v, broadcast, N, p, start,
                                    memory)
     det.update(details)
     return RobustAggregate(J2, comps, v, spec, det)
