@@ -925,25 +925,42 @@ def search_span(
         for beta in (np.geomspace(0.3, 10.0, anneal_steps) if anneal_steps else ()):
             Cw = W.T @ np.tanh(beta * np.sqrt(N) * (W @ Cw))
             Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
-        X = np.where((W @ Cw).T >= 0, 1.0, -1.0)
-        for _ in range(iters):
-            Xn = np.where((X @ W) @ W.T >= 0, 1.0, -1.0)
-            if np.array_equal(Xn, X):
-                break
-            X = Xn
+        X = _sign_fixed_points(np.where((W @ Cw).T >= 0, 1.0, -1.0), W, iters)
     else:
         X = np.empty((0, N))
     if include_axes:
         X = np.vstack([np.where(V.T >= 0, 1.0, -1.0), X])
     # refine every state in the full detected space
+    X = _sign_fixed_points(X, V, iters)
+    return _unique_rows(_canonical_sign(X.astype(np.int8)))
+
+
+def _sign_fixed_points(X: np.ndarray, W: np.ndarray, iters: int) -> np.ndarray:
+    """``iters`` steps of ``x <- sgn(W W^T x)`` on every row of ``X`` (+-1 floats, changed in place).
+
+    A row that a step leaves unchanged is a fixed point and stays one, so each step multiplies
+    only the rows the previous step moved: the same states as stepping all rows ``iters``
+    times (or until none moves), at the cost of the rows still moving.
+    """
+    active = np.arange(X.shape[0])
     for _ in range(iters):
-        Xn = np.where((X @ V) @ V.T >= 0, 1.0, -1.0)
-        if np.array_equal(Xn, X):
+        if active.size == 0:
             break
-        X = Xn
-    X = _canonical_sign(X.astype(np.int8))
-    _, first = np.unique(X, axis=0, return_index=True)
-    return np.ascontiguousarray(X[np.sort(first)])
+        Xa = X[active]
+        Xn = np.where((Xa @ W) @ W.T >= 0, 1.0, -1.0)
+        moved = np.any(Xn != Xa, axis=1)
+        active = active[moved]
+        X[active] = Xn[moved]
+    return X
+
+
+def _unique_rows(X: np.ndarray) -> np.ndarray:
+    """The distinct rows of a C-contiguous 2-D array in order of first occurrence (a dict of
+    row bytes: ``O(S N)``, where ``numpy.unique(axis=0)`` sorts structured rows)."""
+    X = np.ascontiguousarray(X)
+    first: dict[bytes, int] = {}
+    keep = [i for i in range(X.shape[0]) if first.setdefault(X[i].tobytes(), i) == i]
+    return np.ascontiguousarray(X[keep])
 
 
 def hebbian_weights(coords: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -1315,9 +1332,7 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
                         anneal_steps=p.anneal_steps)
         attempts += 1
         pool.append(X)
-        cands = np.concatenate(pool)
-        _, first = np.unique(cands, axis=0, return_index=True)
-        cands = cands[np.sort(first)]
+        cands = _unique_rows(np.concatenate(pool))
         Y = cands.astype(np.float64) @ V
         scores = np.einsum("bk,bk->b", Y, Y) / N
         weights = _exact_weights(cands, Y / np.sqrt(N), scores, spec.values[:k_hat], dedup, floor) if exact else None
