@@ -209,28 +209,35 @@ def _svqb(W: np.ndarray, Q: np.ndarray | None = None, drop: float = 1e-10) -> np
     return W
 
 
-def _bulk_scale(theta: np.ndarray, n_out: int, N: int, trace: float, sum_sq: float) -> tuple[float, float, float]:
-    """Marchenko-Pastur fit of the eigenvalues left after the top ``n_out``: (edge, TW scale, spread).
+def _bulk_scales(theta: np.ndarray, n_max: int, N: int, trace: float,
+                 sum_sq: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Marchenko-Pastur fits of the eigenvalues left after the top ``n_out``, for every
+    ``n_out = 0 .. n_max``: arrays (edge, TW scale, spread) of length ``n_max + 1``.
 
     Mean ``m`` and variance ``v`` of the remaining ``N - n_out`` eigenvalues from ``trace`` and
     ``sum_sq``; ``q = v / m^2``; edge ``m (1 + sqrt q)^2``; Tracy-Widom scale ``m sigma`` with
-    ``sigma`` from :func:`fedlam.rmt.johnstone_center_scale` at ``M = N / q``; spread = edge
-    minus the lower edge ``m (1 - sqrt q)^2`` (0 when ``q >= 1``: the bulk reaches the zeros).
+    ``sigma`` of :func:`fedlam.rmt.johnstone_center_scale` at ``M = N / q`` (its formula,
+    vectorised); spread = edge minus the lower edge ``m (1 - sqrt q)^2`` (0 when ``q >= 1``:
+    the bulk reaches the zeros). All three are 0 where ``m <= 0`` or ``v <= 0``.
     """
-    from fedlam.rmt import johnstone_center_scale
-
-    top = theta[:n_out]
+    top = theta[:n_max]
+    n_out = np.arange(n_max + 1)
     nb = N - n_out
-    m = (trace - float(top.sum())) / nb
-    v = (sum_sq - float(top @ top)) / nb - m * m
-    if not (m > 0 and v > 0):
-        return 0.0, 0.0, 0.0
-    q = v / (m * m)
-    edge = m * (1.0 + math.sqrt(q)) ** 2
-    M = int(min(max(2.0, round(N / q)), 1e12))
-    s = m * johnstone_center_scale(N, M)[1]
-    lower = m * (1.0 - math.sqrt(q)) ** 2 if q < 1 else 0.0
-    return edge, s, edge - lower
+    m = (trace - np.concatenate([[0.0], np.cumsum(top)])) / nb
+    v = (sum_sq - np.concatenate([[0.0], np.cumsum(top * top)])) / nb - m * m
+    ok = (m > 0) & (v > 0)
+    m_ok = np.where(ok, m, 1.0)
+    q = np.where(ok, v, 1.0) / (m_ok * m_ok)
+    rq = np.sqrt(q)
+    edge = m_ok * (1.0 + rq) ** 2
+    M = np.minimum(np.maximum(2.0, np.round(N / q)), 1e12)
+    mm, n = M - 0.5, N - 0.5
+    a = np.sqrt(mm) + math.sqrt(n)
+    sigma = a * (1.0 / np.sqrt(mm) + 1.0 / math.sqrt(n)) ** (1.0 / 3.0) / M
+    s = m_ok * sigma
+    lower = np.where(q < 1, m_ok * (1.0 - rq) ** 2, 0.0)
+    zero = np.zeros(n_max + 1)
+    return np.where(ok, edge, zero), np.where(ok, s, zero), np.where(ok, edge - lower, zero)
 
 
 def _krylov_blocks(gamma: float, tol: float, tan0: float = 1e3) -> int:
@@ -302,15 +309,24 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     if start is not None and start.shape[1]:
         j = min(start.shape[1], b)
         X[:, :j] = start[:, :j]
-    Q = _svqb(X)
-    AQ = J @ Q
-    blocks, products = 1, Q.shape[1]
+    # the basis Q, its image J Q and the Rayleigh quotient H = Q^T J Q live in buffers of the
+    # largest basis: a step appends columns and the new blocks of H (no copy of the basis, no
+    # product of the whole basis with itself)
+    Qb = np.empty((N, m_max))
+    AQb = np.empty((N, m_max))
+    Hb = np.empty((m_max, m_max))
+    Q0 = _svqb(X)
+    m = Q0.shape[1]
+    Qb[:, :m] = Q0
+    AQb[:, :m] = J @ Q0
+    Hb[:m, :m] = Q0.T @ AQb[:, :m]
+    blocks, products = 1, m
     cap = max_blocks
     last_fit: tuple[int, float] | None = None
     if info is not None:
         info.clear()
     while True:
-        H = Q.T @ AQ
+        Q, AQ, H = Qb[:, :m], AQb[:, :m], Hb[:m, :m]
         theta, Z = np.linalg.eigh(0.5 * (H + H.T))
         theta, Z = theta[::-1], Z[:, ::-1]
         nb = min(b, theta.shape[0])
@@ -323,12 +339,12 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         # apart from the next value by more than 2 TW scales (a bulk whose shape is not
         # Marchenko-Pastur, e.g. shifted, can have its fitted edge below its top values;
         # those are packed at the bulk's spacing, a spike is isolated)
-        n_out = 0
-        edge, s_tw, spread = _bulk_scale(theta, 0, N, trace, sum_sq)
-        for i in range(min(k, nb - 1)):
-            e_i, s_i, sp_i = _bulk_scale(theta, i + 1, N, trace, sum_sq)
-            if theta[i] > e_i + 2.0 * s_i and theta[i] - theta[i + 1] > 2.0 * s_i:
-                n_out, edge, s_tw, spread = i + 1, e_i, s_i, sp_i
+        n_top = min(k, nb - 1)
+        edges, scales, spreads = _bulk_scales(theta, n_top, N, trace, sum_sq)
+        tw2 = 2.0 * scales[1:]
+        spike = (theta[:n_top] > edges[1:] + tw2) & (theta[:n_top] - theta[1 : n_top + 1] > tw2)
+        n_out = int(np.nonzero(spike)[0][-1]) + 1 if spike.any() else 0
+        edge, s_tw, spread = float(edges[n_out]), float(scales[n_out]), float(spreads[n_out])
         # a bulk that is not Marchenko-Pastur (the semicircle of differentially private
         # noise, a shift) makes the fit meaningless: its edge lies far above the values. Then
         # use the scale of a square-root edge of the same variance, sqrt(v) N^{-2/3} (exact
@@ -393,15 +409,26 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         if cap is not None and blocks >= cap:
             return None
         active = np.nonzero(~conv)[0]
-        if Q.shape[1] + active.size > m_max:
-            Q, AQ = Y, AY  # thick restart from the leading Ritz vectors
+        if m + active.size > m_max:  # thick restart from the leading Ritz vectors
+            m = nb
+            Qb[:, :m] = Y
+            AQb[:, :m] = AY
+            Hb[:m, :m] = Y.T @ AY
+            Q, AQ = Qb[:, :m], AQb[:, :m]
         W = _svqb(R[:, active], Q)
-        if W.shape[1] == 0:
+        a = W.shape[1]
+        if a == 0:
             return None
-        Q = np.hstack([Q, W])
-        AQ = np.hstack([AQ, J @ W])
+        AW = J @ W
+        C = Q.T @ AW
+        Qb[:, m : m + a] = W
+        AQb[:, m : m + a] = AW
+        Hb[:m, m : m + a] = C
+        Hb[m : m + a, :m] = C.T
+        Hb[m : m + a, m : m + a] = W.T @ AW
+        m += a
         blocks += 1
-        products += W.shape[1]
+        products += a
 
 
 def _ensure_vectors(J: np.ndarray, spec: Spectrum, n: int) -> Spectrum:
