@@ -22,10 +22,12 @@ extra client by the ``clients`` axis, T = 40. Axis values in fedlam's terms:
   ``flip_fraction = 0.025`` (a copy of an archetype at m = 0.95).
 
 Invariants (:func:`violations`): nothing raises; from round 3 on no spurious pattern; K-hat
-never above the number of archetypes the data have shown so far; at the last round every
-archetype shown is recovered at m >= 0.95 (the design keeps every archetype's spike above the
-noise-aware BBP threshold of one upload: :func:`test_design_keeps_every_spike_visible`); no
-attacker's pattern in memory in any round. Rows that break an invariant today are strict
+never above the number of archetypes the data have shown so far; in each of the last
+``LAST_ROUNDS`` = 10 rounds every archetype shown by then is recovered at m >= 0.95 (the design
+keeps every archetype's spike above the noise-aware BBP threshold of one upload:
+:func:`test_design_keeps_every_spike_visible`); no attacker's pattern in memory in any round.
+The recovery window replaced a check of the last round alone, which row 4 passed or failed by
+the parity of a period-2 oscillation (a change of the eigensolver's rounding flipped it). Rows that break an invariant today are strict
 ``xfail`` with the measured failure: they are open work of issue 18, and a fix makes the run
 fail until the mark is removed.
 
@@ -99,6 +101,9 @@ ROWS = pairwise_rows(AXES)
 
 K, L, M, R, T, DELTA, N_RANDOM = 3, 6, 200, 0.85, 40, 1e-5, 160
 BURN_IN = 3
+#: recovery is checked in each of the last LAST_ROUNDS rounds, not only the last: a memory that
+#: alternates between two states (measured on row 4) passes a last-round check in one parity
+LAST_ROUNDS = 10
 POISON = attacks.Poison(seed=3)
 NEAR_COPY = attacks.Targeted(seed=1, flip_fraction=0.025)
 
@@ -155,10 +160,15 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
     if over.size:
         out.append(f"K-hat above the archetypes shown in rounds {over.tolist()} "
                    f"(max {int(hist.k_hat.max())} > {int(seen.max())})")
-    m = hist.magnetization[-1]
-    lost = [k for k in range(K) if shown_by[-1, k] and m[k] < 0.95]
-    if lost:
-        out.append(f"archetypes {lost} not recovered at the last round (m = {np.round(m, 3).tolist()})")
+    T_h = len(hist.k_hat)
+    lost_in = {t: [k for k in range(K) if shown_by[t, k] and hist.magnetization[t][k] < 0.95]
+               for t in range(max(0, T_h - LAST_ROUNDS), T_h)}
+    lost_in = {t: ks for t, ks in lost_in.items() if ks}
+    if lost_in:
+        lost = sorted({k for ks in lost_in.values() for k in ks})
+        worst = min(float(hist.magnetization[t][k]) for t, ks in lost_in.items() for k in ks)
+        out.append(f"archetypes {lost} not recovered in rounds {sorted(lost_in)} of the last {LAST_ROUNDS} "
+                   f"(lowest m = {worst:.3f})")
     N = xi.shape[1]
     fake = None
     if row["clients"] == "+poison":
@@ -174,8 +184,15 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
 
 # Rows that break an invariant today, with what was measured (issue 18 stays open on them).
 KNOWN_FAILURES: dict[int, str] = {
+    4: ("silhouettes, privacy, fresh acceptance, noise client: from round 10 the memory alternates "
+        "between all three silhouettes and the first alone (period 2). Each noised upload certifies "
+        "only two directions (the family's weakest is below one upload's threshold + 4 TW scales); "
+        "stored, that direction has broadcast eigenvalue 0.46 < 1/2, so it needs a fresh vote that no "
+        "single upload gives, and is flattened; the mean detects it (K-hat of the mean 3)"),
+    5: ("silhouettes under drift, median defence, half asked with dropouts: archetype 2 lost in "
+        "rounds 33 and 34"),
     10: ("privacy + support + poisoner under drift: archetype 0, no longer in the data, "
-         "is kept at m = 0.925 (< 0.95)"),
+         "is kept at m = 0.90 (< 0.95) in every one of the last 10 rounds"),
 }
 
 

@@ -103,3 +103,8 @@ def test_violations_catch_a_bad_history():
     found = violations(row, hist, xi, sched)
     assert [v.split(" ")[0] for v in found] == ["spurious", "K-hat", "archetypes", "the"]
     assert "[4]" in found[0] and "[3]" in found[1] and "[2]" in found[2] and "[4]" in found[3]
+    # an archetype lost in a round before the last (an oscillating memory) is caught too
+    hist.magnetization = np.array([[1.0, 1.0, 1.0]] * 2 + [[1.0, 0.0, 1.0]] + [[1.0, 1.0, 1.0]] * 2)
+    hist.spurious, hist.k_hat, hist.patterns = np.zeros(5, dtype=int), np.full(5, 3), [xi.copy()] * 5
+    assert violations(row, hist, xi, sched) == [
+        "archetypes [1] not recovered in rounds [2] of the last 10 (lowest m = 0.000)"]
