@@ -105,13 +105,18 @@ def pattern_operator(patterns: np.ndarray) -> np.ndarray:
     K, Nn = patterns.shape
     if Nn < 2:
         raise ValueError(f"patterns must have N >= 2 columns, got shape {patterns.shape}")
-    # peak: the patterns as float64, the product and the result
-    _check_alloc(8 * (K * Nn + 2 * Nn * Nn), 1,
-                 f"patterns of shape (K, N) = ({K}, {Nn}) (the patterns as floats and two N x N matrices)")
+    # peak: the patterns as float64 (twice) and the result
+    _check_alloc(8 * (2 * K * Nn + Nn * Nn), 1,
+                 f"patterns of shape (K, N) = ({K}, {Nn}) (the patterns as floats and one N x N matrix)")
     if K == 0:
         return np.zeros((Nn, Nn))
     X = patterns.astype(np.float64)
-    return (X.T @ X) / Nn
+    # X.T @ X of one buffer would go to SYRK and a transposed copy of its triangle; two buffers
+    # go to GEMM. The products are exact integers, so dividing in place gives the same numbers
+    # as (X.T @ X) / N without a second (N, N) array (about half the time at N = 10,000).
+    G = X.T @ X.copy()
+    G /= Nn
+    return G
 
 
 def pseudo_inverse_kernel(patterns: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
