@@ -129,14 +129,15 @@ def _eig_full(J: np.ndarray) -> Spectrum:
     )
 
 def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | None = None,
-             n_vectors: int | None = None) -> Spectrum:
+             n_vectors: int | None = None, bulk_edge: tuple[float, float] | None = None) -> Spectrum:
     """:func:`top_spectrum` without argument checks (for callers that validated ``J``).
 
     ``method="block"``: :func:`_eig_block` (warm-started from ``start``, leading ``n_vectors``
     pairs to vector accuracy), falling back to ARPACK, then ``eigh``, when it does not converge
     within its cap. ``"auto"``: ARPACK (``"lanczos"``) when ``N >= 500`` and ``10 k <= N``,
     else ``"evr"``; ``"server"``: the same switch with ``"block"`` in place of ARPACK (the
-    server's spectrum: :func:`fedlam.lam.factorize`, the support defence).
+    server's spectrum: :func:`fedlam.lam.factorize`, the support defence). ``bulk_edge``: the
+    caller's (edge, Tracy-Widom scale) of the bulk, for :func:`_eig_block`.
     """
     N = J.shape[0]
     if k == N:
@@ -150,7 +151,7 @@ def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | No
         method = "block" if large else "evr"
         n_vectors = 0 if n_vectors is None else n_vectors
     if method == "block" and 2 * (k + 8) <= N:  # else the block would be half the matrix: evr
-        out = _eig_block(J, k, start=start, n_vectors=n_vectors)
+        out = _eig_block(J, k, start=start, n_vectors=n_vectors, bulk_edge=bulk_edge)
         if out is not None:
             return out
         method = "lanczos"  # the fallback: the solver before the block method
@@ -256,7 +257,7 @@ def _krylov_blocks(gamma: float, tol: float, tan0: float = 1e3) -> int:
 def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors: int | None = None,
                *, value_fraction: float = VALUE_TW_FRACTION, depth_fraction: float = 0.25,
                vec_rtol: float = VEC_RTOL, oversample: int | None = None, max_blocks: int | None = None,
-               basis_factor: int = 4,
+               basis_factor: int = 4, bulk_edge: tuple[float, float] | None = None,
                seed: int = 0, info: dict | None = None) -> Spectrum | None:
     """Top-``k`` eigenpairs by thick-restarted block Krylov with Rayleigh-Ritz and soft locking.
 
@@ -295,6 +296,15 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     count for the ``k``-th value plus 8, set once the fit of the bulk has settled (64 steps
     if it never does); reaching it returns None (the caller falls back to ARPACK, then
     ``eigh``).
+
+    When the bulk is not Marchenko-Pastur (the fit's edge lies far above the values: the
+    semicircle of differentially private noise), ``bulk_edge = (edge, tw_scale)`` -- the edge
+    and Tracy-Widom scale of the caller's model of the bulk, e.g. the server's free edge of the
+    uploads' components and their noise (``fedlam.khat._model_edge``) -- gives the edge in the
+    fit's place (the scale ``s`` stays the measured square-root-edge one), and the values deeper
+    than ``4 s`` below it are relaxed as below a fitted edge. A relaxed value ``theta`` with
+    error at most ``0.25 depth + 0.1 s`` stays below ``edge - 4 s``: a K-hat threshold above the
+    edge is decided the same way. Without it such a bulk gets no relaxation.
 
     ``info`` (a dict) receives ``blocks`` (products with ``J``), ``products`` (columns
     multiplied), ``cap``, ``n_vectors``, ``tw_scale``, ``converged``.
@@ -349,7 +359,9 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         # noise, a shift) makes the fit meaningless: its edge lies far above the values. Then
         # use the scale of a square-root edge of the same variance, sqrt(v) N^{-2/3} (exact
         # for a semicircle, 2-4 times smaller than Johnstone's for an MP bulk: conservative),
-        # and no relaxation below the edge (whose place is then unknown).
+        # and no relaxation below the edge (whose place is then unknown) -- unless the caller
+        # knows the bulk's edge and Tracy-Widom scale (``bulk_edge``, the server's noise-aware
+        # model): then the values below it are relaxed as below a fitted MP edge.
         nb_out = N - n_out
         m_b = (trace - float(theta[:n_out].sum())) / nb_out
         v_b = max((sum_sq - float(theta[:n_out] @ theta[:n_out])) / nb_out - m_b * m_b, 0.0)
@@ -362,12 +374,17 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
             big = np.nonzero(theta[: min(k, nb - 1)] - theta[1 : min(k, nb - 1) + 1] > 10.0 * s_gen)[0]
             n_out = int(big[-1]) + 1 if big.size else 0
             edge, s_tw = top_bulk, s_gen
+            if bulk_edge is not None:  # the caller's model of the bulk (e.g. MP + the DP semicircle)
+                # its edge only: the scale stays the one measured on the values, which moves
+                # until the spikes are resolved and so keeps the values unconverged until then
+                edge = float(bulk_edge[0])
             spread = max(spread, 4.0 * math.sqrt(v_b)) if spread > 0 else 4.0 * math.sqrt(v_b)
         nv = n_out if n_vectors is None else min(int(n_vectors), k)
         vec_tol = vec_rtol * scale
         # values within 4 TW scales of the fitted edge (where the K-hat thresholds lie) to
         # value_fraction TW; deeper ones relative to their distance below that band
-        depth = np.maximum(edge - 4.0 * s_tw - theta[:nb], 0.0) if fit_ok else np.zeros(nb)
+        relax = fit_ok or bulk_edge is not None
+        depth = np.maximum(edge - 4.0 * s_tw - theta[:nb], 0.0) if relax else np.zeros(nb)
         val_tol = np.maximum(value_fraction * s_tw + depth_fraction * depth, vec_tol)
         # error of a Ritz value ~ ||r||^2 / (gap to the eigenvalues the basis has not
         # captured): the residual lies in the uncaptured part, whose top the first Ritz value

@@ -929,14 +929,28 @@ def pm1_kurtosis(s2: float) -> float:
     return 4.0 / s2 - 6.0
 
 
+def _edge_and_scale(a: np.ndarray, q: np.ndarray, v: float, k: np.ndarray | None,
+                    N: int) -> tuple[float, float, float]:
+    """(edge with its kurtosis shift, the shift, Tracy-Widom scale) of the free model ``(a, q, v)``."""
+    edge, _, x2 = _free_edge(a, q, v)
+    shift = _edge_shift(a, q, k, v, N) if k is not None else 0.0
+    return edge + shift, shift, _tw_scale_from_curvature(x2, N)
+
+
+def _model_edge(components: Sequence[Component], N: int, noise_var: float = 0.0) -> tuple[float, float]:
+    """(edge, Tracy-Widom scale) of the bulk the K-hat rule of ``components`` and ``noise_var``
+    assumes (:func:`k_hat_components`): what the server's block solver relaxes below
+    (``fedlam._eig._eig_block``'s ``bulk_edge``)."""
+    a, q, v = _component_arrays(components, noise_var)
+    edge, _, s = _edge_and_scale(a, q, v, _kurtosis_of(components), N)
+    return float(edge), float(s)
+
+
 def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: float | None,
                 n_sigma: float, max_k: int | None, method: str, k: np.ndarray | None = None) -> KHatResult:
     """Count the eigenvalues above the free edge of ``(a, q, v)`` plus a Tracy-Widom margin."""
     N = spec.n
-    edge, _, x2 = _free_edge(a, q, v)
-    shift = _edge_shift(a, q, k, v, N) if k is not None else 0.0
-    edge = edge + shift
-    s = _tw_scale_from_curvature(x2, N)
+    edge, shift, s = _edge_and_scale(a, q, v, k, N)
     rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
     thr = max(edge * (1.0 + rel), floor)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fedlam import khat
 from fedlam import spectral as _sp
 from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top, _ensure_vectors
 from fedlam._validation import (
@@ -674,9 +675,13 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         else:
             kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         return spec, kres
+    comps = kw.get("components")
+    bulk_edge = None  # the K-hat rule's model of the bulk, for the block solver (noised bulks)
+    if p.k_method == "free" and comps and all(isinstance(c, _sp.Component) for c in comps):
+        bulk_edge = khat._model_edge(comps, N, float(kw.get("noise_var", 0.0)))
     m = min(N, 16)
     while True:
-        spec = _eig_top(J, m, "server", start=start)
+        spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge)
         kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         if m == N:
             return spec, kres

@@ -237,7 +237,19 @@ def test_block_on_a_noised_operator(sigma):
     assert spec is not None
     err = w[:16] - spec.values
     assert np.all(err >= -1e-12 * w[0])
-    assert np.all(err <= _eig.VALUE_TW_FRACTION * info["tw_scale"])
+    assert np.all(err <= _eig.VALUE_TW_FRACTION * info["tw_scale"])  # no model of the bulk: no relaxation
+    # given the bulk's edge and scale (the server passes its noise-aware model's), values deeper
+    # than 4 scales below the edge are relaxed to a quarter of their depth, as below an MP edge
+    # (so a K-hat threshold above the edge is decided alike), in fewer block products
+    k = int(np.sum(w[:16] - w[1:17] > 10 * info["tw_scale"]))  # the spikes the solver set apart
+    edge, s = float(w[k]), info["tw_scale"]
+    hinted: dict = {}
+    spec2 = _eig._eig_block(J, 16, info=hinted, bulk_edge=(edge, s))
+    assert spec2 is not None
+    err2 = w[:16] - spec2.values
+    assert np.all(err2 >= -1e-12 * w[0])
+    assert np.all(err2 <= 0.25 * np.maximum(edge - 4 * s - w[:16], 0.0) + _eig.VALUE_TW_FRACTION * s)
+    assert hinted["blocks"] <= info["blocks"]
     # the noise's semicircle (radius 2 sigma sqrt N) sets the scale: sigma sqrt(N) N^{-2/3}, not the spikes'
     assert info["tw_scale"] < 2.0 * sigma * 600**0.5 * 600 ** (-2 / 3)
 
