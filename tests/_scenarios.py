@@ -188,7 +188,10 @@ KNOWN_FAILURES: dict[int, str] = {
         "between all three silhouettes and the first alone (period 2). Each noised upload certifies "
         "only two directions (the family's weakest is below one upload's threshold + 4 TW scales); "
         "stored, that direction has broadcast eigenvalue 0.46 < 1/2, so it needs a fresh vote that no "
-        "single upload gives, and is flattened; the mean detects it (K-hat of the mean 3)"),
+        "single upload gives, and is flattened. The mean holds it only through the echo of a stored "
+        "silhouette (rounds 0-9, nothing stored: K-hat 2), so the premise of "
+        "test_design_keeps_every_spike_visible (the infinite-N BBP point) fails at N = 784 for the "
+        "family's weakest direction against one upload's finite-N threshold"),
     5: ("silhouettes under drift, median defence, half asked with dropouts: archetype 2 lost in "
         "rounds 33 and 34"),
     10: ("privacy + support + poisoner under drift: archetype 0, no longer in the data, "
