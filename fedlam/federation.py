@@ -85,8 +85,10 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       clients at 3 x the mean's epsilon threshold, every upload certifies nothing and the
       memory stays empty, while the paper's acceptance keeps all four archetypes at m >= 0.95).
 
-    A :class:`Server` built directly cannot know whether its clients noise their uploads:
-    :func:`run_federation` and the Flower coordinator pass ``privacy`` here.
+    :func:`run_federation` and the Flower coordinator pass ``privacy`` here. A :class:`Server`
+    built directly with ``acceptance=None`` resolves it without ``privacy`` and reads the noise
+    from the uploads instead: a round whose uploads declare ``dp_sigma > 0`` runs the paper's
+    acceptance (:meth:`Server.round_acceptance`).
     Derived in {ref}`sec-robust-fresh`.
     """
     sum_only = secure or client_privacy is not None or privacy is not None
@@ -418,7 +420,9 @@ class Server:
         ``defense="support"``; otherwise ``"paper"`` (under secure aggregation or client-level
         DP the server holds only the sum, and ``defense="median"``/``"trimmed"`` count only the
         directions a strict majority of uploads certifies, :func:`fedlam.robust.majority_spike_count`).
-        The resolved value is :attr:`acceptance`. ``"paper"``: the memory is whatever the
+        The resolved value is :attr:`acceptance`; a round whose uploads declare example-level
+        privacy noise runs the paper's acceptance instead (:meth:`round_acceptance`). ``"paper"``:
+        the memory is whatever the
         factorization of the aggregate accepts (the paper's server; a noisy duplicate of a stored
         pattern, a lone poisoner's fake can enter). ``"fresh"``
         (:func:`fedlam.robust.fresh_aggregate`): before the factorization,
@@ -480,6 +484,9 @@ class Server:
                              f"defense={defense!r}")
         #: client-level DP (fedlam.privacy.ClientLevelMechanism): noise on the mean, reports counted
         self.client_privacy = client_privacy
+        #: acceptance=None: a round whose uploads declare privacy noise runs the paper's
+        #: acceptance (what default_acceptance gives when the clients noise their uploads)
+        self._default_acceptance = acceptance is None
         if acceptance is None:
             acceptance = default_acceptance(secure=secure, defense=self.defense, client_privacy=client_privacy)
         #: the resolved acceptance, "fresh" or "paper"
@@ -495,6 +502,17 @@ class Server:
                 raise ValueError("acceptance='fresh' certifies patterns against each client's own upload, which "
                                  "client-level DP (noise on the mean only) does not protect; use "
                                  "acceptance='paper' with client_privacy")
+
+    def round_acceptance(self, uploads: Sequence[Upload]) -> str:
+        """The acceptance a round with these uploads runs: :attr:`acceptance`, except that a
+        server built with ``acceptance=None`` runs the paper's acceptance in a round where an
+        upload declares example-level privacy noise (``dp_sigma > 0``), as
+        :func:`default_acceptance` does when told that the clients noise their uploads (the fresh
+        acceptance votes on single uploads, whose spikes such noise hides)."""
+        if self._default_acceptance and self.acceptance == "fresh" and any(
+                (getattr(u, "dp_sigma", 0.0) or 0.0) > 0.0 for u in uploads):
+            return "paper"
+        return self.acceptance
 
     @property
     def needs_uploads(self) -> bool:
@@ -623,7 +641,7 @@ class Server:
                 raise TypeError(f"uploads[{c}] must be a fedlam.protocol.Upload, got {_describe(u)}")
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
-        if self.defense is None and self.acceptance == "fresh":
+        if self.defense is None and self.round_acceptance(uploads) == "fresh":
             if aggregate is not None:
                 raise ValueError("acceptance='fresh' needs every upload's operator, not a pre-summed aggregate")
             # validated once: the mean of the uploads (fresh_aggregate names a culprit upload)

@@ -369,6 +369,42 @@ def test_default_acceptance_is_fresh_wherever_the_server_sees_every_upload(kw, e
     assert f"acceptance={expected!r}" in repr(server)
 
 
+def test_default_server_reads_privacy_noise_from_the_uploads():
+    """A Server built directly with acceptance=None cannot be told that its clients noise their
+    uploads; a round whose uploads declare dp_sigma > 0 runs the paper's acceptance (as
+    run_federation does with privacy=), an explicit acceptance="fresh" is kept, and a round
+    without noise runs the fresh acceptance."""
+    from fedlam import operators, privacy
+    from fedlam.protocol import Upload
+
+    K, n, M, L = 3, 300, 600, 4
+    xi = data.random_archetypes(K, n, 7)
+    # 3 x the mean's epsilon threshold: the mean shows the archetypes, no single upload does
+    mech = privacy.GaussianMechanism(epsilon=3 * privacy.epsilon_threshold(0.9, 1 / K, n, M, 1e-5, L=L),
+                                     delta=1e-5)
+    rng = np.random.default_rng(3)
+    plain, noised = [], []
+    for c in range(L):
+        X, _ = data.sample_examples(xi, M, 0.9, np.full(K, 1 / K), rng=80 + c)
+        B = operators.hebbian(X)
+        Z, sig = mech.apply(B, M, rng)
+        plain.append(Upload(B, M, 1.0, 1 - 0.81))
+        noised.append(Upload(Z, M, 1.0, 1 - 0.81, dp_sigma=sig))
+    server = F.Server()
+    assert server.acceptance == "fresh"
+    assert server.round_acceptance(plain) == "fresh" and server.round_acceptance(noised) == "paper"
+    assert F.Server(acceptance="fresh").round_acceptance(noised) == "fresh"
+    got = server.round(noised, np.random.default_rng(0))
+    ref = F.Server(acceptance="paper").round(noised, np.random.default_rng(0))
+    assert got.result.k_hat == ref.result.k_hat and np.array_equal(got.patterns, ref.patterns)
+    ov = np.abs(got.patterns.astype(float) @ xi.T.astype(float)) / n
+    assert got.patterns.shape[0] == K and np.all(ov.max(axis=0) >= 0.95)
+    # the fresh acceptance on the same uploads stores nothing (what the default now avoids)
+    assert F.Server(acceptance="fresh").round(noised, np.random.default_rng(0)).patterns.shape[0] == 0
+    fresh = F.Server().round(plain, np.random.default_rng(0))
+    assert np.array_equal(fresh.patterns, F.Server(acceptance="fresh").round(plain, np.random.default_rng(0)).patterns)
+
+
 def test_fresh_acceptance_keeps_a_stored_archetype_nobody_holds_now():
     """Retention: archetype 0 is stored; this round's fresh data hold only archetypes 1 and 2 and
     every client blends the broadcast at w = 0.5. The stored archetype stays."""
