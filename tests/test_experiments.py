@@ -226,6 +226,33 @@ def test_drift_acceptance_reaches_the_server_and_table():
         drift.acceptance_table(drift.run(dataclasses.replace(p, controllers=("paper",)), 5), fresh)
     with pytest.raises(TypeError, match="res"):
         drift.acceptance_table(object(), fresh)
+    # the comparison the drift page reads, against the arrays it summarises
+    cmp = drift.acceptance_comparison(res_nov, all_fresh)
+    j = all_fresh.params.controllers.index("novelty")
+    assert cmp.rules == ("novelty",)
+    np.testing.assert_array_equal(cmp.spurious_paper, res_nov.spurious[None, :, 0, -1])
+    np.testing.assert_array_equal(cmp.spurious_fresh, all_fresh.spurious[None, :, j])
+    assert cmp.min_final_m == all_fresh.magnetization[:, j, -1].min()
+    assert cmp.transient_seeds == int(np.any(all_fresh.spurious[:, j] > 0, axis=1).sum())
+    assert cmp.tavg_cost == pytest.approx(res_nov.magnetization[:, 0].mean() - all_fresh.magnetization[:, j].mean())
+    for s in range(p.seeds):
+        def entry(mag):
+            hit = np.flatnonzero(mag[:, p.K - 1] >= 0.9)
+            return hit[0] if hit.size else np.nan
+        d = entry(all_fresh.magnetization[s, j]) - entry(res_nov.magnetization[s, 0])
+        assert (np.isnan(d) and np.isnan(cmp.delay[0, s])) or d == cmp.delay[0, s]
+    held = np.maximum.accumulate(all_fresh.magnetization[:, [j]] >= 0.9, axis=2)
+    np.testing.assert_array_equal(cmp.lost, held & (all_fresh.magnetization[:, [j]] < 0.5))
+    assert cmp.lost_seeds == int(cmp.lost.any(axis=(1, 2, 3)).sum())
+    with pytest.raises(ValueError, match="acceptance"):
+        drift.acceptance_comparison(all_fresh, res_nov)
+    with pytest.raises(ValueError, match="adaptive rules"):
+        drift.acceptance_comparison(res_nov, fresh.__class__(**{**vars(fresh), "params": dataclasses.replace(
+            fresh.params, controllers=(0.0,))}))
+    with pytest.raises(ValueError, match="setting"):
+        drift.acceptance_comparison(res_nov, drift.run(dataclasses.replace(pf, r=0.7), 5))
+    with pytest.raises(TypeError, match="paper"):
+        drift.acceptance_comparison(object(), fresh)
 
 
 def test_novelty_shapes_and_latency_helper():

@@ -9,6 +9,7 @@ notebook is {ref}`sec-exp-drift`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,8 @@ from fedlam.experiments._common import (
 )
 from fedlam.experiments._executor import map_seeds
 
-__all__ = ["DriftParams", "DriftResult", "PRESETS", "make_params", "run", "setting_table",
-           "weight_curve", "weight_table", "spike_table", "magnetization_table", "paper_table",
+__all__ = ["AcceptanceComparison", "DriftParams", "DriftResult", "PRESETS", "acceptance_comparison", "make_params",
+           "run", "setting_table", "weight_curve", "weight_table", "spike_table", "magnetization_table", "paper_table",
            "acceptance_table", "duplicate_eigenvalues", "copy_operator", "flip_bits", "copy_uploads",
            "duplicate_table"]
 
@@ -369,6 +370,109 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
     return _acceptance_table(res, fresh, DriftResult,
                              lambda m: " ".join(f"{x:.2f}" for x in m.mean(axis=0)),
                              "final m per archetype")
+
+
+@dataclass(frozen=True)
+class AcceptanceComparison:
+    """The two acceptances on the same drift runs (:func:`acceptance_comparison`).
+
+    Axes as in :class:`DriftResult`; ``rule`` runs over :attr:`rules`, the adaptive rules of
+    the run with the paper's acceptance.
+
+    Attributes
+    ----------
+    rules : tuple of str
+    spurious_paper : (rule, S) final spurious patterns under the paper's acceptance.
+    spurious_fresh : (rule, S, T) spurious patterns in every round under the fresh acceptance.
+    min_final_m : lowest final magnetization over seeds, rules and archetypes (fresh).
+    transient_seeds : seeds in which the fresh acceptance stored a spurious pattern in some round.
+    delay : (rule, S) rounds by which the last archetype's entry (first round with m >= 0.9;
+        NaN: never) comes later under the fresh acceptance than under the paper's.
+    tavg_cost : the largest loss of time-averaged magnetization over the rules (paper - fresh).
+    lost : (S, rule, T, K) bool, fresh: an archetype held once (m >= 0.9) and below 0.5 now.
+    t_peak, w_peak_paper, w_peak_fresh : the round (from round 2 on) where the paper's rule's
+        weight peaks under the paper's acceptance, that weight, and the rule's weight in that
+        round under the fresh acceptance.
+    """
+
+    rules: tuple
+    spurious_paper: np.ndarray
+    spurious_fresh: np.ndarray
+    min_final_m: float
+    transient_seeds: int
+    delay: np.ndarray
+    tavg_cost: float
+    lost: np.ndarray
+    t_peak: int
+    w_peak_paper: float
+    w_peak_fresh: float
+
+    @property
+    def lost_seeds(self) -> int:
+        """Seeds in which an archetype is lost again after its entry (fresh)."""
+        return int(np.any(self.lost, axis=(1, 2, 3)).sum())
+
+    @property
+    def lost_rounds(self) -> int:
+        """The most rounds one archetype spends lost in one seed and rule (fresh)."""
+        return int(self.lost.sum(axis=2).max())
+
+
+def _entry_round(mag: np.ndarray, k: int) -> np.ndarray:
+    """(S,) first round archetype ``k`` reaches m >= 0.9 in ``mag`` (S, T, K); NaN: never."""
+    m = mag[:, :, k]
+    return np.where(m.max(axis=1) >= 0.9, np.argmax(m >= 0.9, axis=1), np.nan)
+
+
+def acceptance_comparison(paper: DriftResult, fresh: DriftResult) -> AcceptanceComparison:
+    """What the fresh acceptance changes on the drift experiment, measured on two runs.
+
+    Parameters
+    ----------
+    paper : DriftResult
+        A run with ``acceptance="paper"`` of the adaptive rules (``"paper"``, ``"novelty"``).
+    fresh : DriftResult
+        The same setting and seeds with the fresh acceptance (the default), holding the same
+        rules (and possibly constant weights besides).
+
+    Returns
+    -------
+    AcceptanceComparison
+        Derived on the page of the drift experiment ({ref}`sec-robust-fresh` for the rule).
+    """
+    for name, r in (("paper", paper), ("fresh", fresh)):
+        if not isinstance(r, DriftResult):
+            raise TypeError(f"{name} must be a DriftResult, got {type(r).__name__}")
+    p, pf = paper.params, fresh.params
+    if p.acceptance != "paper" or pf.acceptance != "fresh":
+        raise ValueError(f"paper and fresh must run acceptance='paper' and 'fresh', got {p.acceptance!r} "
+                         f"and {pf.acceptance!r}")
+    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
+        raise ValueError(f"fresh must have the setting of paper (only controllers and acceptance may differ), "
+                         f"got {pf} against {p}")
+    rules = tuple(c for c in p.controllers if isinstance(c, str))
+    if not rules or any(c not in pf.controllers for c in rules):
+        raise ValueError(f"paper must run adaptive rules and fresh must hold them, got {p.controllers} "
+                         f"and {pf.controllers}")
+    idx = [(paper.params.controllers.index(c), fresh.params.controllers.index(c)) for c in rules]
+    K, T = fresh.params.K, fresh.params.T
+    sp_p = np.stack([paper.spurious[:, i, -1] for i, _ in idx])
+    sp_f = np.stack([fresh.spurious[:, j] for _, j in idx])
+    ad = [j for _, j in idx]
+    delay = np.array([_entry_round(fresh.magnetization[:, j], K - 1) - _entry_round(paper.magnetization[:, i], K - 1)
+                      for i, j in idx])
+    cost = max(float(paper.magnetization[:, i].mean() - fresh.magnetization[:, j].mean()) for i, j in idx)
+    mag = fresh.magnetization[:, ad]
+    held = np.maximum.accumulate(mag >= 0.9, axis=2)
+    w_pp = weight_curve(paper, "paper") if "paper" in rules else np.zeros(T)
+    w_fp = weight_curve(fresh, "paper") if "paper" in rules else np.zeros(T)
+    t0 = min(2, T - 1)
+    t_pk = t0 + int(np.argmax(w_pp[t0:]))
+    return AcceptanceComparison(
+        rules=rules, spurious_paper=sp_p, spurious_fresh=sp_f,
+        min_final_m=float(fresh.magnetization[:, ad, -1].min()),
+        transient_seeds=int(np.any(sp_f > 0, axis=(0, 2)).sum()), delay=delay, tavg_cost=cost,
+        lost=held & (mag < 0.5), t_peak=t_pk, w_peak_paper=float(w_pp[t_pk]), w_peak_fresh=float(w_fp[t_pk]))
 
 
 # ---------------------------------------------------------------------------------------------
