@@ -300,6 +300,23 @@ class TitledTable:
         return self._repr_markdown_()
 
 
+def check_acceptance_pair(res: Any, fresh: Any, result_type: type[Any],
+                          names: tuple[str, str] = ("res", "fresh")) -> tuple[Any, Any]:
+    """The params of two runs of one setting under ``acceptance="paper"`` (``res``) and
+    ``"fresh"``; only their controllers may differ. Errors name the arguments ``names``."""
+    for name, r in zip(names, (res, fresh), strict=True):
+        if not isinstance(r, result_type):
+            raise TypeError(f"{name} must be a {result_type.__name__}, got {type(r).__name__}")
+    p, pf = res.params, fresh.params
+    if p.acceptance != "paper" or pf.acceptance != "fresh":
+        raise ValueError(f"{names[0]} and {names[1]} must run acceptance='paper' and 'fresh', got "
+                         f"{p.acceptance!r} and {pf.acceptance!r}")
+    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
+        raise ValueError(f"{names[1]} must have the setting of {names[0]} (only controllers and acceptance "
+                         f"may differ), got {pf} against {p}")
+    return p, pf
+
+
 def acceptance_table(res: Any, fresh: Any, result_type: type[Any], final_m: Any, final_m_label: str) -> Any:
     """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
 
@@ -312,15 +329,7 @@ def acceptance_table(res: Any, fresh: Any, result_type: type[Any], final_m: Any,
     magnetizations ``mag`` (seeds, K) of one rule, described in the title by ``final_m_label``.
     The fresh acceptance is derived in {ref}`sec-robust-fresh`.
     """
-    if not isinstance(fresh, result_type):
-        raise TypeError(f"fresh must be a {result_type.__name__}, got {type(fresh).__name__}")
-    p, pf = res.params, fresh.params
-    if p.acceptance != "paper" or pf.acceptance != "fresh":
-        raise ValueError(f"res and fresh must run acceptance='paper' and 'fresh', got "
-                         f"{p.acceptance!r} and {pf.acceptance!r}")
-    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
-        raise ValueError("fresh must have the setting of res (only controllers and acceptance "
-                         f"may differ), got {pf} against {p}")
+    p, pf = check_acceptance_pair(res, fresh, result_type)
     shown = min(pf.controllers, p.controllers, key=len)
     other = p.controllers if shown is pf.controllers else pf.controllers
     missing = [c for c in shown if c not in other]

@@ -9,7 +9,6 @@ notebook is {ref}`sec-exp-drift`.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,9 @@ from fedlam.experiments._common import (
 )
 from fedlam.experiments._common import (
     acceptance_table as _acceptance_table,
+)
+from fedlam.experiments._common import (
+    check_acceptance_pair as _check_acceptance_pair,
 )
 from fedlam.experiments._common import (
     make_params as _make_params,
@@ -440,16 +442,7 @@ def acceptance_comparison(paper: DriftResult, fresh: DriftResult) -> AcceptanceC
     AcceptanceComparison
         Derived on the page of the drift experiment ({ref}`sec-robust-fresh` for the rule).
     """
-    for name, r in (("paper", paper), ("fresh", fresh)):
-        if not isinstance(r, DriftResult):
-            raise TypeError(f"{name} must be a DriftResult, got {type(r).__name__}")
-    p, pf = paper.params, fresh.params
-    if p.acceptance != "paper" or pf.acceptance != "fresh":
-        raise ValueError(f"paper and fresh must run acceptance='paper' and 'fresh', got {p.acceptance!r} "
-                         f"and {pf.acceptance!r}")
-    if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
-        raise ValueError(f"fresh must have the setting of paper (only controllers and acceptance may differ), "
-                         f"got {pf} against {p}")
+    p, pf = _check_acceptance_pair(paper, fresh, DriftResult, ("paper", "fresh"))
     rules = tuple(c for c in p.controllers if isinstance(c, str))
     if not rules or any(c not in pf.controllers for c in rules):
         raise ValueError(f"paper must run adaptive rules and fresh must hold them, got {p.controllers} "
