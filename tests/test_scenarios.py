@@ -29,7 +29,7 @@ from _scenarios import (
     violations,
 )
 
-from fedlam import privacy
+from fedlam import privacy, robust
 
 
 def test_design_covers_every_pair():
@@ -77,15 +77,27 @@ def test_known_failures_name_real_rows():
 
 @pytest.mark.parametrize("kind", ["random", "silhouettes"])
 def test_design_keeps_every_spike_visible(kind):
-    """Every archetype direction of the equal mixture is an outlier of one noised upload: the
-    effective weights (eigenvalues of Xi^T Xi / (K N), the pi of correlated archetypes) stay
-    above the critical noise of the Gaussian mechanism at the rows' epsilon."""
+    """Every archetype direction of the equal mixture is certified by one noised upload: its
+    outlier (the effective weights are the eigenvalues of Xi^T Xi / (K N), the pi of correlated
+    archetypes) lies above one upload's finite-N threshold (edge + 4 Tracy-Widom scales + the
+    kurtosis shift, robust.upload_threshold) at the rows' epsilon -- not only past the
+    infinite-N BBP point. At 3 x the threshold for pi = 1/K the silhouettes' weakest direction
+    (pi 0.15) passed the BBP point and missed the finite-N threshold (row 4's failure)."""
     xi = row_archetypes(kind).astype(np.float64)
     N = xi.shape[1]
     pi_eff = np.linalg.eigvalsh(xi @ xi.T / (K * N))
-    s = np.sqrt(N) * privacy.GaussianMechanism(epsilon=row_epsilon(N), delta=DELTA).sigma(M, N)
-    crit = [privacy.critical_noise(R, p, N, M) for p in pi_eff]
-    assert min(crit) > s
+    sigma = privacy.GaussianMechanism(epsilon=row_epsilon(N), delta=DELTA).sigma(M, N)
+    upload = types.SimpleNamespace(operator=None, batch_size=M, weight=1.0, noise_var=1 - R * R, dp_sigma=sigma)
+    thr = robust.upload_threshold(upload, N)
+    outliers = [privacy.noisy_outlier(R, p, N, M, N * sigma * sigma)[0] for p in pi_eff]
+    assert min(outliers) > thr
+    # the BBP point alone (what the design checked before) is weaker: it held at the old epsilon
+    old = privacy.GaussianMechanism(epsilon=3 * privacy.epsilon_threshold(R, 1 / K, N, M, DELTA, L=1),
+                                    delta=DELTA).sigma(M, N)
+    assert min(privacy.critical_noise(R, p, N, M) for p in pi_eff) > np.sqrt(N) * old
+    if kind == "silhouettes":
+        upload.dp_sigma = old
+        assert privacy.noisy_outlier(R, pi_eff.min(), N, M, N * old * old)[0] < robust.upload_threshold(upload, N)
 
 
 def test_violations_catch_a_bad_history():
