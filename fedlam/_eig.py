@@ -221,6 +221,8 @@ def _bulk_scales(theta: np.ndarray, n_max: int, N: int, trace: float,
     vectorised); spread = edge minus the lower edge ``m (1 - sqrt q)^2`` (0 when ``q >= 1``:
     the bulk reaches the zeros). All three are 0 where ``m <= 0`` or ``v <= 0``.
     """
+    from fedlam.rmt import _center_scale
+
     top = theta[:n_max]
     n_out = np.arange(n_max + 1)
     nb = N - n_out
@@ -232,10 +234,7 @@ def _bulk_scales(theta: np.ndarray, n_max: int, N: int, trace: float,
     rq = np.sqrt(q)
     edge = m_ok * (1.0 + rq) ** 2
     M = np.minimum(np.maximum(2.0, np.round(N / q)), 1e12)
-    mm, n = M - 0.5, N - 0.5
-    a = np.sqrt(mm) + math.sqrt(n)
-    sigma = a * (1.0 / np.sqrt(mm) + 1.0 / math.sqrt(n)) ** (1.0 / 3.0) / M
-    s = m_ok * sigma
+    s = m_ok * _center_scale(M - 0.5, N - 0.5, M)[1]
     lower = np.where(q < 1, m_ok * (1.0 - rq) ** 2, 0.0)
     zero = np.zeros(n_max + 1)
     return np.where(ok, edge, zero), np.where(ok, s, zero), np.where(ok, edge - lower, zero)

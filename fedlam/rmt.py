@@ -1092,7 +1092,12 @@ def johnstone_center_scale(N: int, M: int, variant: str = "half") -> tuple[float
         m, n = M - 1.0, float(N)
     else:
         raise ValueError(f"variant must be one of ('half', 'johnstone2001'), got {variant!r}")
-    a = np.sqrt(m) + np.sqrt(n)
-    mu = a * a / M
-    sigma = a * (1.0 / np.sqrt(m) + 1.0 / np.sqrt(n)) ** (1.0 / 3.0) / M
+    mu, sigma = _center_scale(m, n, M)
     return float(mu), float(sigma)
+
+
+def _center_scale(m: Any, n: Any, M: Any) -> tuple[Any, Any]:
+    """The formula of :func:`johnstone_center_scale` for shifted sizes ``m``, ``n`` (scalars or
+    arrays, e.g. the block solver's bulk fits for every spike count at once)."""
+    a = np.sqrt(m) + np.sqrt(n)
+    return a * a / M, a * (1.0 / np.sqrt(m) + 1.0 / np.sqrt(n)) ** (1.0 / 3.0) / M
