@@ -216,19 +216,14 @@ def _aggregate(mats: Sequence[np.ndarray], w: np.ndarray | None) -> np.ndarray:
     if w is None:
         w = np.full(L, 1.0 / L)
     out = np.zeros(mats[0].shape, dtype=np.float64)
+    # out += w * m in row blocks of about 1 MB: the same numbers without an (N, N) temporary
+    # (a round's peak memory counts it)
+    n = len(out)
+    step = max(1, 2**17 // max(1, n))
     for wi, m in zip(w, mats, strict=True):
         if wi != 0.0:
-            _add_scaled(out, float(wi), m)
-    return out
-
-
-def _add_scaled(out: np.ndarray, w: float, m: np.ndarray) -> np.ndarray:
-    """``out += w * m`` in row blocks of about 1 MB: the same numbers as the one-line
-    expression, without its (N, N) temporary (a round's peak memory counts it)."""
-    n = out.shape[0]
-    step = max(1, 2**17 // max(1, out.shape[1]))
-    for a in range(0, n, step):
-        out[a : a + step] += w * m[a : a + step]
+            for a in range(0, n, step):
+                out[a : a + step] += wi * m[a : a + step]
     return out
 
 

@@ -421,10 +421,7 @@ def mean_aggregate(ops: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray
     probability vector over the L operators (None: equal weights)."""
     ops = check_operator_list(ops, "ops")
     weights = _check_weights(weights, len(ops))
-    J = np.multiply(ops[0], weights[0])
-    for w, op in zip(weights[1:], ops[1:], strict=True):
-        operators._add_scaled(J, w, op)
-    return J
+    return operators._aggregate(ops, weights)
 
 
 def _checked_mean(ops: Sequence[np.ndarray], om: np.ndarray) -> np.ndarray:
@@ -434,9 +431,7 @@ def _checked_mean(ops: Sequence[np.ndarray], om: np.ndarray) -> np.ndarray:
     mean; only when the mean fails are the uploads checked one by one, to name the culprit.
     Uploads with weight 0 do not enter the mean and are checked on their own (the support test
     still reads them)."""
-    J = np.multiply(ops[0], om[0])
-    for w, op in zip(om[1:], ops[1:], strict=True):
-        operators._add_scaled(J, w, op)
+    J = operators._aggregate(ops, om)
     for c, op in enumerate(ops):
         if om[c] == 0.0:
             check_operator(op, f"uploads[{c}].operator")
