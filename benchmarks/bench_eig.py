@@ -21,6 +21,7 @@ Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/bench_eig.py          (all three)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -68,10 +69,7 @@ def small(repeats: int = 7) -> None:
 
     def rnd(name, uploads, defense=None, arpack=False, acceptance=None):
         def f():
-            if arpack:
-                with _ForceArpack():
-                    out[name] = Server(defense=defense, acceptance=acceptance).round(uploads, np.random.default_rng(0))
-            else:
+            with _ForceArpack() if arpack else contextlib.nullcontext():
                 out[name] = Server(defense=defense, acceptance=acceptance).round(uploads, np.random.default_rng(0))
         return f
 

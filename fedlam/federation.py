@@ -509,10 +509,11 @@ class Server:
         upload declares example-level privacy noise (``dp_sigma > 0``), as
         :func:`default_acceptance` does when told that the clients noise their uploads (the fresh
         acceptance votes on single uploads, whose spikes such noise hides)."""
-        if self._default_acceptance and self.acceptance == "fresh" and any(
-                (getattr(u, "dp_sigma", 0.0) or 0.0) > 0.0 for u in uploads):
-            return "paper"
-        return self.acceptance
+        if not self._default_acceptance:
+            return self.acceptance
+        noised = any((getattr(u, "dp_sigma", 0.0) or 0.0) > 0.0 for u in uploads)
+        return default_acceptance(secure=self.secure, defense=self.defense, client_privacy=self.client_privacy,
+                                  privacy=True if noised else None)
 
     @property
     def needs_uploads(self) -> bool:
