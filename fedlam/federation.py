@@ -647,7 +647,7 @@ class Server:
                 raise ValueError("acceptance='fresh' needs every upload's operator, not a pre-summed aggregate")
             # validated once: the mean of the uploads (fresh_aggregate names a culprit upload)
             ra = robust.fresh_aggregate(list(uploads), weights, broadcast=broadcast, start=start)
-            return self._factorize_robust(ra, rng, weights, start)
+            return self._factorize_robust(ra, rng, weights, start, broadcast)
         if self.defense is not None:
             # the support test validates the mean once (robust._checked_mean); the median,
             # trimmed mean and Krum read every operator on its own: each is checked here, and
@@ -659,7 +659,7 @@ class Server:
                 weights = None          # unweighted estimators
             ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast,
                                   start=start if self.defense == "support" else None)
-            return self._factorize_robust(ra, rng, weights, start)
+            return self._factorize_robust(ra, rng, weights, start, broadcast)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
@@ -696,15 +696,20 @@ class Server:
         return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
 
     def _factorize_robust(self, ra: robust.RobustAggregate, rng: np.random.Generator,
-                          weights: np.ndarray | None, start: np.ndarray | None = None) -> RoundResult:
+                          weights: np.ndarray | None, start: np.ndarray | None = None,
+                          broadcast: np.ndarray | None = None) -> RoundResult:
         """Factorize a cleaned aggregate with the bulk its defence derived (the defence checked
-        the uploads it was built from: no second operator check)."""
+        the uploads it was built from: no second operator check). ``broadcast``, the memory the
+        server sent, lets a stored archetype pass while the fresh evidence corrects a few of its
+        bits (:func:`fedlam.lam._factorize`'s ``memory``)."""
         params = dict(self.lam_params)
         if "k_method" not in params:
             params["k_method"] = "free"
             params["components"] = ra.components or [khat.Component(0.0, 1.0)]
             params["noise_sigma"] = math.sqrt(ra.noise_var / ra.operator.shape[0])
         params["start"] = start
+        if lam._make_params(None, self.lam_params).search == "span":
+            params["memory"] = broadcast
         if ra.max_k is not None:
             params["max_k"] = ra.max_k
         result = lam._factorize(ra.operator, rng=rng, spectrum=ra.spectrum, **params)

@@ -48,6 +48,7 @@ from fedlam._validation import (
     check_real,
 )
 from fedlam.data import _check_alloc
+from fedlam.robust import memory_span
 
 __all__ = [
     "LAMParams",
@@ -1013,11 +1014,12 @@ def _select_span(
     scores: np.ndarray,
     k_hat: int,
     dedup: float,
-    floor: float,
+    floor: float | np.ndarray,
     weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, int, int, int]:
-    """Unvalidated core of :func:`select_span`."""
+    """Unvalidated core of :func:`select_span` (``floor``: one value, or one per candidate)."""
     N = cands.shape[1]
+    floors = np.broadcast_to(np.asarray(floor, dtype=np.float64), scores.shape)
     order = _score_order(scores)
     X = cands.astype(np.float64)
     kept: list[int] = []
@@ -1025,7 +1027,7 @@ def _select_span(
     n_rej = n_dup = n_red = 0
     wmax = float(weights.max(initial=0.0)) if weights is not None else 0.0
     for i in order:
-        if scores[i] < floor:
+        if scores[i] < floors[i]:
             n_rej += 1
             continue
         x = X[i]
@@ -1141,6 +1143,7 @@ def factorize(
     noise_sigma: float = 0.0,
     start: np.ndarray | None = None,
     max_k: int | None = None,
+    memory: np.ndarray | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
     """Factorize a server operator into +-1 patterns: spectrum -> K_hat -> search -> accept.
@@ -1182,6 +1185,13 @@ def factorize(
         Upper bound on K-hat from outside the spectrum, e.g. the robust count of a median
         aggregate (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`, derived in
         {ref}`sec-robust-median`); None: no bound.
+    memory : numpy.ndarray or None
+        float64 (N, N) operator ``xi^T xi / N`` of the patterns the server stored last round
+        (its broadcast), or None. A candidate within ``dedup`` of that memory (a stored
+        pattern, or a version of one differing in a few bits) passes the in-span floor
+        lowered by ``(1 - dedup) / 2``: the most a blend of the stored version and the clients'
+        fresh version of one archetype costs the version that dominates it (derived in
+        {ref}`sec-lam-memory-floor`). Only with ``search="span"``.
 
     Returns
     -------
@@ -1215,9 +1225,15 @@ def factorize(
     (3, True)
     """
     check_operator(J, "J")
+    if memory is not None:
+        check_operator(memory, "memory")
+        if memory.dtype != np.float64:
+            raise TypeError(f"memory must be float64 (the server's broadcast), got dtype {memory.dtype}")
+        if memory.shape != J.shape:
+            raise ValueError(f"memory must be an operator of the shape of J {J.shape}, got {memory.shape}")
     return _factorize(J, rng, params=params, spectrum=spectrum, components=components,
                       component_weights=component_weights, noise_sigma=noise_sigma, start=start, max_k=max_k,
-                      **overrides)
+                      memory=memory, **overrides)
 
 
 def _factorize(
@@ -1231,12 +1247,16 @@ def _factorize(
     noise_sigma: float = 0.0,
     start: np.ndarray | None = None,
     max_k: int | None = None,
+    memory: np.ndarray | None = None,
     **overrides: Any,
 ) -> FactorizeResult:
     """:func:`factorize` of an operator its caller has validated (the server's entry point).
 
     ``max_k`` (server defences only): an upper bound on K-hat the defence derived on its own
     (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`); the count against the bulk is capped by it.
+    ``memory`` (servers that keep the uploads): the last broadcast ``xi^T xi / N``; a candidate
+    within ``dedup`` of it is accepted down to the floor minus ``(1 - dedup) / 2``
+    (:class:`_MemoryFloors`).
     """
     if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2
                               or start.shape[0] != J.shape[0] or not np.issubdtype(start.dtype, np.floating)):
@@ -1245,6 +1265,8 @@ def _factorize(
     if start is not None and not np.all(np.isfinite(start)):
         raise ValueError("start must be finite")
     p = _make_params(params, overrides)
+    if memory is not None and p.search != "span":
+        raise ValueError(f"memory needs the in-span search (search='span'), got search={p.search!r}")
     gen = np.random.default_rng() if rng is None else as_rng(rng)
     N = J.shape[0]
     noise_sigma = check_in_range(noise_sigma, "noise_sigma", 0.0, None)
@@ -1282,12 +1304,12 @@ def _factorize(
             dreamed=dreamed, vectors=V.copy(), k_result=kres, params=p,
         )
     if p.search == "span":
-        return _factorize_span(spec, kres, k_hat, dreamed, p, gen)
+        return _factorize_span(spec, kres, k_hat, dreamed, p, gen, memory)
     return _factorize_lam(spec, kres, k_hat, dreamed, p, gen)
 
 
 def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, values: np.ndarray,
-                   dedup: float, floor: float) -> np.ndarray:
+                   dedup: float, floor: float | np.ndarray) -> np.ndarray:
     """:func:`hebbian_weights` of the candidates that pass the floor (one per group of copies).
 
     Candidates below the floor, or within ``dedup`` of a better-scoring one, get weight 0
@@ -1296,10 +1318,11 @@ def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, va
     """
     N = cands.shape[1]
     X = cands.astype(np.float64)
+    floors = np.broadcast_to(np.asarray(floor, dtype=np.float64), scores.shape)
     reps: list[int] = []
     for i in _score_order(scores):
-        if scores[i] < floor:
-            break
+        if scores[i] < floors[i]:
+            continue
         if reps and np.max(np.abs(X[reps] @ X[i])) / N >= dedup:
             continue
         reps.append(int(i))
@@ -1309,9 +1332,48 @@ def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, va
     return w
 
 
+class _MemoryFloors:
+    """Per-candidate acceptance floors: the in-span floor, lowered by ``(1 - dedup) / 2`` for a
+    candidate that lies within ``dedup`` of the server's memory (in-memory-span fraction at least
+    ``dedup^2``: a stored pattern, or a version of one that differs in a few bits).
+
+    Why: when the stored version ``a`` of an archetype and the clients' fresh evidence ``b`` of
+    it disagree on a few bits (overlap ``m``), the aggregate's spike is the blend
+    ``alpha a a^T + beta b b^T``, whose top eigenvector is no +-1 vector. The in-span search finds
+    the version whose coefficient dominates, and its squared cosine with the blend's direction is
+    at least ``(1 + m) / 2``, the value at the flip point ``alpha = beta``; with ``m >= dedup``
+    (the pair counts as one archetype) the deficit is at most ``(1 - dedup) / 2`` beyond the
+    noise deficit the floor already allows. Without the allowance neither version passes near
+    the flip point and the archetype is lost for a round. The memory's span is computed only
+    when a candidate falls in the band ``[floor - allowance, floor)``.
+    Derived in {ref}`sec-lam-memory-floor`.
+    """
+
+    def __init__(self, memory: np.ndarray | None, floor: float, dedup: float) -> None:
+        self.memory, self.floor, self.dedup = memory, floor, dedup
+        self.allowance = 0.5 * (1.0 - dedup)
+        self._span: np.ndarray | None = None
+
+    def __call__(self, cands: np.ndarray, scores: np.ndarray) -> float | np.ndarray:
+        if self.memory is None:
+            return self.floor
+        band = np.flatnonzero((scores < self.floor) & (scores >= self.floor - self.allowance))
+        if band.size == 0:
+            return self.floor
+        if self._span is None:
+            self._span = memory_span(self.memory)
+        assert self._span is not None
+        Y = cands[band].astype(np.float64) @ self._span
+        near = band[np.einsum("bk,bk->b", Y, Y) / cands.shape[1] >= self.dedup ** 2]
+        floors = np.full(scores.shape, self.floor)
+        floors[near] = self.floor - self.allowance
+        return floors
+
+
 def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreamed: np.ndarray,
-                    p: LAMParams, gen: np.random.Generator) -> FactorizeResult:
-    """In-span search and selection (``search="span"``)."""
+                    p: LAMParams, gen: np.random.Generator, memory: np.ndarray | None = None) -> FactorizeResult:
+    """In-span search and selection (``search="span"``; ``memory``: the server's last broadcast,
+    see :class:`_MemoryFloors`)."""
     N = spec.n
     V = np.ascontiguousarray(spec.vectors[:, :k_hat])
     gamma = _sp.outlier_overlaps(kres, spec.values[:k_hat], N)
@@ -1319,6 +1381,7 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
     margin = p.span_margin if p.span_margin is not None else 4.0 * np.sqrt((1.0 - g_min) / N) + 1e-9
     floor = max(0.5, g_min - margin)
     dedup = p.dedup_threshold
+    floors_of = _MemoryFloors(memory, floor, dedup)
     scales = np.sqrt(np.maximum(spec.values[:k_hat], 0.0))
     # no bulk and no noise: an exact pattern operator (or a sum of broadcasts)
     exact = (not (kres.sigma2 > 0)) and not (kres.details.get("noise_var", 0.0) > 0)
@@ -1340,8 +1403,9 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
         cands = _unique_rows(np.concatenate(pool))
         Y = cands.astype(np.float64) @ V
         scores = np.einsum("bk,bk->b", Y, Y) / N
-        weights = _exact_weights(cands, Y / np.sqrt(N), scores, spec.values[:k_hat], dedup, floor) if exact else None
-        kept, n_rej, n_dup, n_red, n_cap = _select_span(cands, scores, k_hat, dedup, floor, weights)
+        floors = floors_of(cands, scores)
+        weights = _exact_weights(cands, Y / np.sqrt(N), scores, spec.values[:k_hat], dedup, floors) if exact else None
+        kept, n_rej, n_dup, n_red, n_cap = _select_span(cands, scores, k_hat, dedup, floors, weights)
         if kept.size >= k_hat:
             break
         stalls = stalls + 1 if kept.size <= n_before else 0

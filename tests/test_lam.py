@@ -260,3 +260,92 @@ def test_select_validates_its_arguments():
         lam.select(cands, np.ones(2), 0.6, 2, 0.6, np.ones((9, 2)))
     with pytest.raises(ValueError, match="candidates must contain only"):
         lam.select(np.zeros((2, 10), dtype=np.int8), np.ones(2), 0.6, 2, 0.6)
+
+
+# --- a stored version and the fresh evidence of one archetype (lam._MemoryFloors) -------------
+
+def _blend_case(w: float, seed: int):
+    """Memory holds archetypes 0, 1 and a version of archetype 2 with 8 of 400 bits flipped
+    (m = 0.96); the fresh evidence (600 examples at r = 0.8) holds the true three; the aggregate
+    blends them as an upload does, ``(1 - w) A + w F``, and the K-hat cap is 3 (a defence's)."""
+    from fedlam.operators import pattern_operator
+
+    xi = random_archetypes(3, 400, 5)
+    stored = xi.copy()
+    stored[2, np.random.default_rng(0).choice(400, 8, replace=False)] *= -1
+    A = pattern_operator(stored)
+    eta, _ = sample_examples(xi, 600, 0.8, np.ones(3) / 3, seed)
+    return xi, A, (1.0 - w) * A + w * hebbian(eta)
+
+
+@pytest.mark.parametrize("w", [0.7, 0.76, 0.8, 0.83])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_stored_version_passes_while_the_fresh_evidence_corrects_it(w, seed):
+    """Without the memory neither version of archetype 2 passes the in-span floor while the
+    blend of the two is near its flip point (measured: lost for w in [0.7, 0.9) at this size);
+    with the memory every archetype is kept, the third as a version within dedup of both."""
+    xi, A, J = _blend_case(w, seed)
+    plain = lam.factorize(J, rng=seed, max_k=3)
+    assert plain.k_hat == 3 and plain.n_accepted == 2
+    assert magnetization(plain.patterns, xi)[2] == 0.0
+    kept = lam.factorize(J, rng=seed, max_k=3, memory=A)
+    m = magnetization(kept.patterns, xi)
+    assert kept.n_accepted == 3 and np.all(m[:2] == 1.0) and m[2] >= 0.96 - 1e-12
+    assert spurious_count(kept.patterns, xi) == 0
+
+
+@pytest.mark.parametrize("w", [0.3, 0.93])
+def test_memory_changes_nothing_away_from_the_flip_point(w):
+    """Far on either side one version passes the plain floor: the memory gives the same result
+    (the stored version at low w, the fresh one at high w)."""
+    xi, A, J = _blend_case(w, 0)
+    plain = lam.factorize(J, rng=0, max_k=3)
+    kept = lam.factorize(J, rng=0, max_k=3, memory=A)
+    np.testing.assert_array_equal(plain.patterns, kept.patterns)
+    assert magnetization(kept.patterns, xi)[2] == pytest.approx(0.96 if w < 0.5 else 1.0)
+
+
+def test_a_memory_of_other_patterns_lowers_no_floor():
+    """The allowance is for candidates within dedup of the memory only: a memory of unrelated
+    patterns leaves the flip-point loss as it is."""
+    from fedlam.operators import pattern_operator
+
+    xi, _, J = _blend_case(0.8, 0)
+    other = pattern_operator(random_archetypes(3, 400, 99))
+    plain = lam.factorize(J, rng=0, max_k=3)
+    res = lam.factorize(J, rng=0, max_k=3, memory=other)
+    np.testing.assert_array_equal(plain.patterns, res.patterns)
+    assert res.n_accepted == 2
+
+
+@pytest.mark.parametrize("m", [0.9, 0.95, 0.99])
+def test_blend_costs_the_dominant_version_at_most_half_its_disagreement(m):
+    """The geometry of the allowance: for +-1 vectors a, b with overlap m the top eigenvector v of
+    alpha a a^T + beta b b^T (alpha >= beta > 0) has cos^2(a, v) >= (1 + m) / 2, with equality
+    at the flip point alpha = beta, where sgn(v) switches from a to b."""
+    N = 400
+    g = np.random.default_rng(3)
+    a = np.where(g.random(N) < 0.5, -1.0, 1.0)
+    b = a.copy()
+    b[: round((1 - m) * N / 2)] *= -1
+    assert b @ a / N == pytest.approx(m)
+    for alpha, beta in [(1.0, 1.0), (1.0, 0.9), (1.0, 0.5), (1.0, 0.01)]:
+        vals, vecs = np.linalg.eigh(alpha * np.outer(a, a) + beta * np.outer(b, b))
+        cos2 = (vecs[:, -1] @ a) ** 2 / N
+        assert cos2 >= (1 + m) / 2 - 1e-12
+        if alpha == beta:
+            assert cos2 == pytest.approx((1 + m) / 2, abs=1e-12)
+        else:
+            assert np.array_equal(np.sign(vecs[:, -1] * np.sign(vecs[:, -1] @ a)), a)
+
+
+def test_memory_is_validated():
+    xi, A, J = _blend_case(0.8, 0)
+    with pytest.raises(TypeError, match="memory must be float64"):
+        lam.factorize(J, rng=0, memory=A.astype(np.float32))
+    with pytest.raises(ValueError, match="memory must be an operator of the shape of J"):
+        lam.factorize(J, rng=0, memory=A[:10, :10])
+    with pytest.raises(ValueError, match="memory must be"):
+        lam.factorize(J, rng=0, memory=np.triu(A))
+    with pytest.raises(ValueError, match="memory needs the in-span search"):
+        lam.factorize(J, rng=0, memory=A, search="lam")
