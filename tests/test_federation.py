@@ -585,3 +585,24 @@ def test_fresh_acceptance_keeps_correlated_memory_with_one_honest_upload():
         assert rr.patterns.shape[0] == K and np.all(metrics.magnetization(rr.patterns, xi) == 1.0), seed
         assert not attacks.fake_in_memory(rr.patterns, fake, xi)
         assert robust.memory_span(A).shape == (N, K)
+
+
+@pytest.mark.parametrize("server_kw", [{}, {"defense": "support"}, {"defense": "median"}])
+def test_the_memory_reaches_the_in_span_search_only(server_kw):
+    """A server that keeps the uploads hands its broadcast to the factorization (the floor of a
+    stored pattern, lam._MemoryFloors); with the LAM search, which has no such floor, it does not,
+    and the round runs."""
+    from fedlam import operators
+    from fedlam.protocol import Upload
+
+    K, n, M = 3, 200, 400
+    xi = data.random_archetypes(K, n, 2)
+    A = operators.pattern_operator(xi)
+    ups = []
+    for c in range(4):
+        X, _ = data.sample_examples(xi, M, 0.85, np.full(K, 1 / K), rng=30 + c)
+        ups.append(Upload(0.5 * A + 0.5 * operators.hebbian(X), M, 0.5, 1 - 0.85 ** 2))
+    for search in ("span", "lam"):
+        rr = F.Server(lam_params={"search": search}, **server_kw).round(ups, np.random.default_rng(0), broadcast=A)
+        ov = np.abs(rr.patterns.astype(float) @ xi.T.astype(float)) / n
+        assert rr.patterns.shape[0] == K and np.all(ov.max(axis=0) >= 0.95), search
