@@ -27,6 +27,7 @@ Derived in {ref}`sec-lam-fields`, {ref}`sec-lam-seeding` and {ref}`sec-lam-accep
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -1256,7 +1257,7 @@ def _factorize(
     (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`); the count against the bulk is capped by it.
     ``memory`` (servers that keep the uploads): the last broadcast ``xi^T xi / N``; a candidate
     within ``dedup`` of it is accepted down to the floor minus ``(1 - dedup) / 2``
-    (:class:`_MemoryFloors`).
+    (:class:`_Memory`).
     """
     if start is not None and (not isinstance(start, np.ndarray) or start.ndim != 2
                               or start.shape[0] != J.shape[0] or not np.issubdtype(start.dtype, np.floating)):
@@ -1332,48 +1333,109 @@ def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, va
     return w
 
 
-class _MemoryFloors:
-    """Per-candidate acceptance floors: the in-span floor, lowered by ``(1 - dedup) / 2`` for a
-    candidate that lies within ``dedup`` of the server's memory (in-memory-span fraction at least
-    ``dedup^2``: a stored pattern, or a version of one that differs in a few bits).
+class _Memory:
+    """What the server's memory (its last broadcast ``A = xi^T xi / N``) changes in the in-span
+    search and selection. Derived in {ref}`sec-lam-memory-floor`.
 
-    Why: when the stored version ``a`` of an archetype and the clients' fresh evidence ``b`` of
-    it disagree on a few bits (overlap ``m``), the aggregate's spike is the blend
-    ``alpha a a^T + beta b b^T``, whose top eigenvector is no +-1 vector. The in-span search finds
-    the version whose coefficient dominates, and its squared cosine with the blend's direction is
-    at least ``(1 + m) / 2``, the value at the flip point ``alpha = beta``; with ``m >= dedup``
+    *Floors* (:meth:`floors`): the in-span floor, lowered by ``(1 - dedup) / 2`` for a candidate
+    that lies within ``dedup`` of the memory (in-memory-span fraction at least ``dedup^2``: a
+    stored pattern, or a version of one that differs in a few bits). When the stored version
+    ``a`` of an archetype and the clients' fresh evidence ``b`` of it disagree on a few bits
+    (overlap ``m``), the aggregate's spike is the blend ``alpha a a^T + beta b b^T``, whose top
+    eigenvector is no +-1 vector; the version that dominates has squared cosine at least
+    ``(1 + m) / 2`` with it, the value at the flip point ``alpha = beta``. With ``m >= dedup``
     (the pair counts as one archetype) the deficit is at most ``(1 - dedup) / 2`` beyond the
-    noise deficit the floor already allows. Without the allowance neither version passes near
-    the flip point and the archetype is lost for a round. The memory's span is computed only
-    when a candidate falls in the band ``[floor - allowance, floor)``.
-    Derived in {ref}`sec-lam-memory-floor`.
+    noise deficit the floor already allows; without the allowance neither version passes near
+    the flip point and the archetype is lost for a round.
+
+    *Retention* (:meth:`retain`): a candidate within ``dedup`` of a stored pattern ``p`` that
+    differs from it in no more bits than noise alone flips is replaced by ``p``. If the
+    operator holds ``p`` with predicted eigenvector overlap ``gamma``, the projection of ``p``
+    on the detected span is ``gamma p_i + sqrt(gamma (1 - gamma)) z_i`` per site (``z_i``
+    about standard normal), so the fixed point near ``p`` flips each bit with probability
+    ``q = Phi(-sqrt(gamma / (1 - gamma)))``; ``d <= N q + 4 sqrt(N q (1 - q))`` flips are no
+    evidence of a change. Without it, a stored pattern whose spike the noise blurs (a retired
+    archetype kept only by the broadcast's echo, under privacy noise) takes a random walk of
+    about ``N q`` bits per round. ``gamma`` of a candidate is the mean of the detected
+    eigenvectors' predicted overlaps weighted by its squared coordinates on them. Where
+    ``N q`` is negligible (bound below one bit) nothing is computed and nothing changes.
+
+    The memory's span is computed once, when a candidate first needs it.
     """
 
-    def __init__(self, memory: np.ndarray | None, floor: float, dedup: float) -> None:
+    def __init__(self, memory: np.ndarray | None, floor: float, dedup: float,
+                 vectors: np.ndarray, gamma: np.ndarray) -> None:
         self.memory, self.floor, self.dedup = memory, floor, dedup
         self.allowance = 0.5 * (1.0 - dedup)
+        self.V, self.gamma = vectors, np.clip(gamma, 0.0, 1.0)
         self._span: np.ndarray | None = None
 
-    def __call__(self, cands: np.ndarray, scores: np.ndarray) -> float | np.ndarray:
+    def span(self) -> np.ndarray:
+        if self._span is None:
+            self._span = memory_span(self.memory)
+        assert self._span is not None
+        return self._span
+
+    def _near(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Memory-span coordinates of the rows of X and which rows lie within dedup of it."""
+        Y = X @ self.span()
+        return Y, np.einsum("bk,bk->b", Y, Y) / X.shape[1] >= self.dedup ** 2
+
+    def floors(self, cands: np.ndarray, scores: np.ndarray) -> float | np.ndarray:
         if self.memory is None:
             return self.floor
         band = np.flatnonzero((scores < self.floor) & (scores >= self.floor - self.allowance))
         if band.size == 0:
             return self.floor
-        if self._span is None:
-            self._span = memory_span(self.memory)
-        assert self._span is not None
-        Y = cands[band].astype(np.float64) @ self._span
-        near = band[np.einsum("bk,bk->b", Y, Y) / cands.shape[1] >= self.dedup ** 2]
+        _, near = self._near(cands[band].astype(np.float64))
         floors = np.full(scores.shape, self.floor)
-        floors[near] = self.floor - self.allowance
+        floors[band[near]] = self.floor - self.allowance
         return floors
+
+    def retain(self, X: np.ndarray) -> np.ndarray:
+        """X (int8 candidates) with those that differ from a stored pattern by noise alone
+        replaced by that pattern (a copy when anything is replaced)."""
+        if self.memory is None or X.shape[0] == 0:
+            return X
+        N = X.shape[1]
+        Xf = X.astype(np.float64)
+        C = (Xf @ self.V) ** 2
+        g = np.einsum("bk,k->b", C, self.gamma) / np.maximum(C.sum(axis=1), 1e-300)
+        t = np.sqrt(g / np.maximum(1.0 - g, 1e-300))
+        q = np.array([0.5 * math.erfc(float(x) / math.sqrt(2.0)) for x in t])   # Phi(-t)
+        bound = N * q + 4.0 * np.sqrt(N * q * (1.0 - q))
+        rows = np.flatnonzero(bound >= 1.0)
+        if rows.size == 0:
+            return X
+        U = self.span()
+        if U.shape[1] == 0:
+            return X
+        Y, near = self._near(Xf[rows])
+        rows, Y = rows[near], Y[near]
+        if rows.size == 0:
+            return X
+        P = np.where(Y @ U.T >= 0.0, 1.0, -1.0)          # sign iterations in the memory's span
+        for _ in range(32):
+            Pn = np.where((P @ U) @ U.T >= 0.0, 1.0, -1.0)
+            if np.array_equal(Pn, P):
+                break
+            P = Pn
+        Z = P @ U
+        stored = np.einsum("bk,bk->b", Z, Z) / N >= 1.0 - 1e-9     # a +-1 vector of the span: stored
+        ov = np.einsum("bn,bn->b", P, Xf[rows])
+        flips = 0.5 * (N - np.abs(ov))
+        keep = stored & (flips <= bound[rows]) & (flips > 0)
+        if not keep.any():
+            return X
+        out = X.copy()
+        out[rows[keep]] = (P[keep] * np.sign(ov[keep])[:, None]).astype(np.int8)
+        return out
 
 
 def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreamed: np.ndarray,
                     p: LAMParams, gen: np.random.Generator, memory: np.ndarray | None = None) -> FactorizeResult:
     """In-span search and selection (``search="span"``; ``memory``: the server's last broadcast,
-    see :class:`_MemoryFloors`)."""
+    see :class:`_Memory`)."""
     N = spec.n
     V = np.ascontiguousarray(spec.vectors[:, :k_hat])
     gamma = _sp.outlier_overlaps(kres, spec.values[:k_hat], N)
@@ -1381,7 +1443,7 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
     margin = p.span_margin if p.span_margin is not None else 4.0 * np.sqrt((1.0 - g_min) / N) + 1e-9
     floor = max(0.5, g_min - margin)
     dedup = p.dedup_threshold
-    floors_of = _MemoryFloors(memory, floor, dedup)
+    mem = _Memory(memory, floor, dedup, V, gamma)
     scales = np.sqrt(np.maximum(spec.values[:k_hat], 0.0))
     # no bulk and no noise: an exact pattern operator (or a sum of broadcasts)
     exact = (not (kres.sigma2 > 0)) and not (kres.details.get("noise_var", 0.0) > 0)
@@ -1398,12 +1460,13 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
         X = search_span(V, p.starts_for(k_hat - (0 if found is None else found.shape[0])), gen,
                         iters=p.span_iters, scales=scales, avoid=found, include_axes=attempts == 0,
                         anneal_steps=p.anneal_steps)
+        X = mem.retain(X)
         attempts += 1
         pool.append(X)
         cands = _unique_rows(np.concatenate(pool))
         Y = cands.astype(np.float64) @ V
         scores = np.einsum("bk,bk->b", Y, Y) / N
-        floors = floors_of(cands, scores)
+        floors = mem.floors(cands, scores)
         weights = _exact_weights(cands, Y / np.sqrt(N), scores, spec.values[:k_hat], dedup, floors) if exact else None
         kept, n_rej, n_dup, n_red, n_cap = _select_span(cands, scores, k_hat, dedup, floors, weights)
         if kept.size >= k_hat:

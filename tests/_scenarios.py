@@ -16,7 +16,9 @@ extra client by the ``clients`` axis, T = 40. Axis values in fedlam's terms:
   With pi = 1/K instead of the weakest direction's (the design until 2026-11-27) the silhouettes'
   weakest direction passed the BBP point but not one upload's finite-N threshold, and row 4's
   memory alternated between three silhouettes and one; row 10 (random archetypes, epsilon 2.9
-  instead of 3.4) kept a retired archetype at m = 0.90 only;
+  instead of 3.4) kept a retired archetype at m = 0.888 only, a random walk of one or two bits a
+  round that the noise overturned (it holds at 2.9 since the server keeps a stored pattern
+  against flips the noise explains, :class:`fedlam.lam._Memory`);
 - defence ``none``: ``acceptance="fresh"``, the server's default without a defence
   (:func:`fedlam.federation.default_acceptance`), set explicitly because under example-level
   privacy the default is the paper's acceptance and the rows ask the certified one with
