@@ -36,6 +36,13 @@ keeps every direction of the archetypes above one noised upload's finite-N thres
 :func:`test_design_keeps_every_spike_visible`); no attacker's pattern in memory in any round.
 The recovery window replaced a check of the last round alone, which row 4 passed or failed by
 the parity of a period-2 oscillation (a change of the eigensolver's rounding flipped it).
+The rows run at seeds 100 + i. Measured at seeds 1000 + i (2026-11-27, not part of the tests):
+13 of 14 rows hold every invariant; row 5 counts K-hat = 4 in one round (27) with nothing
+spurious stored and every archetype at m >= 0.985: the median operator's split of a stored
+silhouette and its fresh version (m = 0.985) reads as a fourth supported direction, because the
+memory test (Rayleigh quotient above 1/2 in the broadcast) misses the weakest direction of three
+stored silhouettes (broadcast eigenvalue 0.46) and the tilt of a weakly certified direction
+lands on that split. Open work of issue 18.
 Rows that break an invariant today are strict
 ``xfail`` with the measured failure: they are open work of issue 18, and a fix makes the run
 fail until the mark is removed.
