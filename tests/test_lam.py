@@ -262,7 +262,7 @@ def test_select_validates_its_arguments():
         lam.select(np.zeros((2, 10), dtype=np.int8), np.ones(2), 0.6, 2, 0.6)
 
 
-# --- a stored version and the fresh evidence of one archetype (lam._MemoryFloors) -------------
+# --- a stored version and the fresh evidence of one archetype (lam._Memory) -------------
 
 def _blend_case(w: float, seed: int):
     """Memory holds archetypes 0, 1 and a version of archetype 2 with 8 of 400 bits flipped
