@@ -590,7 +590,7 @@ def test_fresh_acceptance_keeps_correlated_memory_with_one_honest_upload():
 @pytest.mark.parametrize("server_kw", [{}, {"defense": "support"}, {"defense": "median"}])
 def test_the_memory_reaches_the_in_span_search_only(server_kw):
     """A server that keeps the uploads hands its broadcast to the factorization (the floor of a
-    stored pattern, lam._MemoryFloors); with the LAM search, which has no such floor, it does not,
+    stored pattern, lam._Memory); with the LAM search, which has no such floor, it does not,
     and the round runs."""
     from fedlam import operators
     from fedlam.protocol import Upload
