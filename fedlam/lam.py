@@ -1410,16 +1410,11 @@ class _Memory:
         U = self.span()
         if U.shape[1] == 0:
             return X
-        Y, near = self._near(Xf[rows])
-        rows, Y = rows[near], Y[near]
+        _, near = self._near(Xf[rows])
+        rows = rows[near]
         if rows.size == 0:
             return X
-        P = np.where(Y @ U.T >= 0.0, 1.0, -1.0)          # sign iterations in the memory's span
-        for _ in range(32):
-            Pn = np.where((P @ U) @ U.T >= 0.0, 1.0, -1.0)
-            if np.array_equal(Pn, P):
-                break
-            P = Pn
+        P = _sign_fixed_points(Xf[rows], U, 33)          # sign iterations in the memory's span
         Z = P @ U
         stored = np.einsum("bk,bk->b", Z, Z) / N >= 1.0 - 1e-9     # a +-1 vector of the span: stored
         ov = np.einsum("bn,bn->b", P, Xf[rows])
