@@ -7,6 +7,7 @@ and what was received. Nothing is cast or broadcast silently.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -101,27 +102,38 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
     """
     check_operator_shape(J, name)
     # Blocked checks: never allocate an N x N temporary (a round at N = 10,000 keeps a
-    # small constant number of N x N arrays; see benchmarks/README.md). Finiteness and scale
-    # row block by row block; symmetry on square tiles J[a, b] vs J[b, a].T with a <= b,
-    # which read memory contiguously (a column slice of a C-ordered array does not).
+    # small constant number of N x N arrays; see benchmarks/README.md). Symmetric operators:
+    # one pass over square tiles J[a, b] and J[b, a].T with a <= b, which read memory
+    # contiguously (a column slice of a C-ordered array does not), for the scale, the
+    # asymmetry and (through the scale: a NaN or inf makes it non-finite) finiteness.
     n = J.shape[0]
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = J.sum()
-    if not np.isfinite(total):  # fast path: one pass; a NaN/inf (or overflow) makes it non-finite
+    scale = asym = 0.0
+    finite = True
+    if symmetric:
+        tile = 256
+        with np.errstate(invalid="ignore", over="ignore"):
+            for a in range(0, n, tile):
+                for b in range(a, n, tile):
+                    A = J[a : a + tile, b : b + tile]
+                    B = A if b == a else J[b : b + tile, a : a + tile]
+                    hi, lo = float(np.maximum(A.max(), B.max())), float(np.minimum(A.min(), B.min()))
+                    if not (math.isfinite(hi) and math.isfinite(lo)):  # a NaN propagates into A.max()
+                        finite = False
+                        break
+                    scale = max(scale, hi, -lo)
+                    asym = max(asym, float(np.max(np.abs(A - B.T))))
+                if not finite:
+                    break
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(J.sum()))  # one pass; a NaN/inf (or overflow) makes it non-finite
+    if not finite:
         n_bad = 0
         block = max(1, min(n, 2**22 // n))
         for start in range(0, n, block):
             n_bad += int((~np.isfinite(J[start : start + block])).sum())
-        if n_bad:
+        if n_bad:  # always, for the tiles' scale (a finite overflowing sum of the other path passes)
             raise ValueError(f"{name} must be finite, found {n_bad} NaN/inf entries")
-    scale = float(np.max(np.abs(J))) if n else 0.0
-    asym = 0.0
-    if symmetric:
-        tile = 256
-        for a in range(0, n, tile):
-            for b in range(a, n, tile):
-                d = J[a : a + tile, b : b + tile] - J[b : b + tile, a : a + tile].T
-                asym = max(asym, float(np.max(np.abs(d))))
     if symmetric and asym > atol * scale:
         raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g} "
                          f"(relative {asym / scale:.3g} of max |J| = {scale:.3g}, tolerance {atol:g})")

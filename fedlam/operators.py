@@ -216,14 +216,16 @@ def _aggregate(mats: Sequence[np.ndarray], w: np.ndarray | None) -> np.ndarray:
     if w is None:
         w = np.full(L, 1.0 / L)
     out = np.zeros(mats[0].shape, dtype=np.float64)
-    # out += w * m in row blocks of about 1 MB: the same numbers without an (N, N) temporary
-    # (a round's peak memory counts it)
+    # out += w * m in row blocks of about 1 MB, every operator's block while the block of the
+    # sum is in cache: the same numbers (the same additions in the same order) in one pass over
+    # the sum, without an (N, N) temporary (a round's peak memory counts it)
     n = len(out)
     step = max(1, 2**17 // max(1, n))
-    for wi, m in zip(w, mats, strict=True):
-        if wi != 0.0:
-            for a in range(0, n, step):
-                out[a : a + step] += wi * m[a : a + step]
+    terms = [(float(wi), m) for wi, m in zip(w, mats, strict=True) if wi != 0.0]
+    for a in range(0, n, step):
+        block = out[a : a + step]
+        for wi, m in terms:
+            block += wi * m[a : a + step]
     return out
 
 
