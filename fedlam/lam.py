@@ -1249,9 +1249,13 @@ def _factorize(
     start: np.ndarray | None = None,
     max_k: int | None = None,
     memory: np.ndarray | None = None,
+    spectrum_checked: bool = False,
     **overrides: Any,
 ) -> FactorizeResult:
     """:func:`factorize` of an operator its caller has validated (the server's entry point).
+
+    ``spectrum_checked``: the caller computed ``spectrum`` from ``J`` itself (the server's
+    defences), so it is not checked against ``J`` again (an ``O(N^2 k)`` pass).
 
     ``max_k`` (server defences only): an upper bound on K-hat the defence derived on its own
     (``RobustAggregate.max_k`` of :func:`fedlam.robust.aggregate`); the count against the bulk is capped by it.
@@ -1283,7 +1287,8 @@ def _factorize(
             raise TypeError(f"spectrum must be a Spectrum or None, got {type(spectrum).__name__}")
         if spectrum.n != N:
             raise ValueError(f"spectrum must be a spectrum of J (N = {N}), got N = {spectrum.n}")
-        _check_spectrum_of(spectrum, J)
+        if not spectrum_checked:
+            _check_spectrum_of(spectrum, J)
         if p.kernel == "dense" and not spectrum.complete:
             raise ValueError("kernel='dense' needs a complete spectrum")
         spec = spectrum
