@@ -184,6 +184,17 @@ def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | No
 VEC_RTOL = 1e-10
 #: eigenvalue accuracy of the other pairs, in Tracy-Widom scales of the bulk's edge
 VALUE_TW_FRACTION = 0.1
+#: operator size from which ``precision="auto"`` iterates in mixed precision (``J`` of 32 MB:
+#: beyond the caches, a product is a pass over main memory)
+MIXED_MIN_N = 2000
+
+
+def _float32_rtol(N: int) -> float:
+    """Relative residual at which the float32 pass of the block solver takes a vector as
+    converged: 8 times ``sqrt(N) u`` (``u = 2^-24``), the typical rounding error of a float32
+    product with an N x N matrix (a residual cannot be measured below it); the float64 pass
+    then brings the vector to :data:`VEC_RTOL`."""
+    return max(VEC_RTOL, 8.0 * math.sqrt(N) * 2.0**-24)
 
 
 def _svqb(W: np.ndarray, Q: np.ndarray | None = None, drop: float = 1e-10) -> np.ndarray:
@@ -257,7 +268,7 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
                *, value_fraction: float = VALUE_TW_FRACTION, depth_fraction: float = 0.25,
                vec_rtol: float = VEC_RTOL, oversample: int | None = None, max_blocks: int | None = None,
                basis_factor: int = 4, bulk_edge: tuple[float, float] | None = None,
-               seed: int = 0, info: dict | None = None) -> Spectrum | None:
+               seed: int = 0, precision: str = "auto", info: dict | None = None) -> Spectrum | None:
     """Top-``k`` eigenpairs by thick-restarted block Krylov with Rayleigh-Ritz and soft locking.
 
     A block of ``b = k + p`` vectors (``start``, e.g. the previous round's eigenvectors,
@@ -305,19 +316,90 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     error at most ``0.25 depth + 0.1 s`` stays below ``edge - 4 s``: a K-hat threshold above the
     edge is decided the same way. Without it such a bulk gets no relaxation.
 
-    ``info`` (a dict) receives ``blocks`` (products with ``J``), ``products`` (columns
-    multiplied), ``cap``, ``n_vectors``, ``tw_scale``, ``converged``.
+    ``precision``: ``"float64"``; ``"mixed"``: iterate with a float32 copy of ``J`` (half the
+    memory traffic per product) until every criterion above holds with the vectors' tolerance
+    relaxed to the float32 rounding level (:func:`_float32_rtol`), then go on in float64 from
+    that pass's whole basis: the float64 pass applies the criteria above unchanged, so the
+    answer meets the same tolerances (the float32 pass only supplies its start; derived in
+    {ref}`sec-cost-block`); ``"auto"``: ``"mixed"`` from ``N >=`` :data:`MIXED_MIN_N` on,
+    else ``"float64"``. The float32 copy is half an ``N x N`` float64 array, freed before the
+    float64 pass.
+
+    ``info`` (a dict) receives ``blocks`` (products with ``J``, float32 ones included),
+    ``products`` (columns multiplied), ``cap``, ``n_vectors``, ``tw_scale``, ``converged``, and
+    ``blocks_float32`` (products with the float32 copy; 0 in float64).
     """
     N = J.shape[0]
+    if precision == "auto":
+        precision = "mixed" if N >= MIXED_MIN_N else "float64"
+    if precision not in ("float64", "mixed"):
+        raise ValueError(f"precision must be 'auto', 'float64' or 'mixed', got {precision!r}")
     trace = float(np.trace(J))
     sum_sq = float(np.einsum("ij,ij->", J, J))
+    opts: dict[str, Any] = dict(value_fraction=value_fraction, depth_fraction=depth_fraction, oversample=oversample,
+                max_blocks=max_blocks, basis_factor=basis_factor, bulk_edge=bulk_edge, seed=seed)
+    blocks32 = products32 = 0
+    if precision == "mixed":
+        J32 = J.astype(np.float32)
+
+        def apply32(W: np.ndarray) -> np.ndarray:
+            return (J32 @ W.astype(np.float32)).astype(np.float64)
+
+        rough: dict = {}
+        spec32, basis, fit = _block_krylov(apply32, N, k, trace, sum_sq, start, n_vectors, vec_rtol=vec_rtol,
+                                           spike_rtol=max(vec_rtol, _float32_rtol(N)), info=rough,
+                                           want_basis=True, **opts)
+        del J32
+        blocks32, products32 = int(rough["blocks"]), int(rough["products"])
+        # the float64 pass starts from the float32 pass's whole basis (its Ritz vectors): one
+        # product rebuilds the Rayleigh quotient in float64, and with the bulk's fit carried over
+        # the criteria can be met on that first step. A capped float32 pass still gives the start.
+        start = basis
+        if spec32 is None:
+            fit = None
+        if n_vectors == 0:
+            # in float64 alone the spikes' vectors converge along with the bulk values; after a
+            # float32 pass they sit at its rounding level, and the caller (the server) would
+            # restart the solver for them (_ensure_vectors): converge them here, from the whole basis
+            n_vectors = None
+    else:
+        fit = None
+    out, _, _ = _block_krylov(lambda W: J @ W, N, k, trace, sum_sq, start, n_vectors, vec_rtol=vec_rtol,
+                              info=info, fit=fit, whole_start=precision == "mixed", **opts)
+    if info is not None:
+        info["blocks"] += blocks32
+        info["products"] += products32
+        info["blocks_float32"] = blocks32
+    return out
+
+
+def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start: np.ndarray | None,
+                  n_vectors: int | None, *, value_fraction: float, depth_fraction: float, vec_rtol: float,
+                  oversample: int | None, max_blocks: int | None, basis_factor: int,
+                  bulk_edge: tuple[float, float] | None, seed: int, info: dict | None,
+                  fit: tuple[int, float] | None = None, whole_start: bool = False, want_basis: bool = False,
+                  spike_rtol: float | None = None,
+                  ) -> tuple[Spectrum | None, np.ndarray | None, tuple[int, float] | None]:
+    """The iteration of :func:`_eig_block` with products ``apply(W) = J W``.
+
+    Returns (the spectrum, or None when the cap is reached; with ``want_basis`` the Ritz
+    vectors of the last basis, descending, else None; the bulk's last fit ``(n_out, tw_scale)``).
+    ``spike_rtol``: the relative residual at which the leading ``n_vectors`` pairs count as
+    converged (default ``vec_rtol``, which still floors every value's tolerance).
+    ``whole_start``: ``start`` is such a basis, taken whole (up to the largest basis) instead
+    of its first ``b`` columns; ``fit``: the fit of a previous pass on the same operator,
+    against which the first step's fit counts as stable.
+    """
     p = oversample if oversample is not None else 8
     b = min(k + p, N // 2)
     m_max = basis_factor * b
-    X = np.random.default_rng(seed).standard_normal((N, b))
-    if start is not None and start.shape[1]:
-        j = min(start.shape[1], b)
-        X[:, :j] = start[:, :j]
+    if whole_start and start is not None and start.shape[1] > b:
+        X = np.array(start[:, :m_max], dtype=np.float64)
+    else:
+        X = np.random.default_rng(seed).standard_normal((N, b))
+        if start is not None and start.shape[1]:
+            j = min(start.shape[1], b)
+            X[:, :j] = start[:, :j]
     # the basis Q, its image J Q and the Rayleigh quotient H = Q^T J Q live in buffers of the
     # largest basis: a step appends columns and the new blocks of H (no copy of the basis, no
     # product of the whole basis with itself)
@@ -327,11 +409,11 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     Q0 = _svqb(X)
     m = Q0.shape[1]
     Qb[:, :m] = Q0
-    AQb[:, :m] = J @ Q0
+    AQb[:, :m] = apply(Q0)
     Hb[:m, :m] = Q0.T @ AQb[:, :m]
     blocks, products = 1, m
     cap = max_blocks
-    last_fit: tuple[int, float] | None = None
+    last_fit = fit
     if info is not None:
         info.clear()
     while True:
@@ -396,7 +478,7 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         with np.errstate(divide="ignore", invalid="ignore"):
             err = np.minimum(rn, np.where(delta > 0, 10.0 * rn * rn / delta, rn))
         conv = np.zeros(nb, dtype=bool)
-        conv[:nv] = rn[:nv] <= vec_tol
+        conv[:nv] = rn[:nv] <= (vec_tol if spike_rtol is None else spike_rtol * scale)
         conv[nv:] = err[nv:] <= val_tol[nv:]
         # the fit (edge, TW scale) is only as good as the top values removed from trace and
         # sum_sq: a random start block has not resolved the spikes yet, and their missing
@@ -412,9 +494,10 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
                         converged=int(conv[:k].sum()))
         if conv[:k].all():
             return Spectrum(values=np.ascontiguousarray(theta[:k]), vectors=np.ascontiguousarray(Y[:, :k]),
-                            n=N, trace=trace, sum_sq=sum_sq, residuals=rn[:k].copy())
-        if cap is None and blocks >= 64:
-            return None  # the fit never settled (not a spectrum the solver is made for)
+                            n=N, trace=trace, sum_sq=sum_sq, residuals=rn[:k].copy()), \
+                (Q @ Z if want_basis else None), last_fit
+        if cap is None and blocks >= 64:  # the fit never settled (not a spectrum the solver is made for)
+            return None, (Q @ Z if want_basis else None), last_fit
         if cap is None and stable:
             # gap of the k-th value to the (b+1)-th, from the soft edge's eigenvalue spacing
             # (computed once the fit has settled: before that the scale is not the bulk's)
@@ -423,7 +506,7 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
             gamma = gap / spread if spread > 0 else 1.0
             cap = 2 * _krylov_blocks(gamma, value_fraction * s_tw / max(spread, 1e-300)) + 8
         if cap is not None and blocks >= cap:
-            return None
+            return None, (Q @ Z if want_basis else None), last_fit
         active = np.nonzero(~conv)[0]
         if m + active.size > m_max:  # thick restart from the leading Ritz vectors
             m = nb
@@ -434,8 +517,8 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
         W = _svqb(R[:, active], Q)
         a = W.shape[1]
         if a == 0:
-            return None
-        AW = J @ W
+            return None, (Q @ Z if want_basis else None), last_fit
+        AW = apply(W)
         C = Q.T @ AW
         Qb[:, m : m + a] = W
         AQb[:, m : m + a] = AW
@@ -462,7 +545,7 @@ def _ensure_vectors(J: np.ndarray, spec: Spectrum, n: int) -> Spectrum:
     if np.all(spec.residuals[:n] <= tol):
         return spec
     k = len(spec)
-    out = _eig_block(J, k, start=spec.vectors, n_vectors=n)
+    out = _eig_block(J, k, start=spec.vectors, n_vectors=n, precision="float64")  # the start is converged
     return out if out is not None else _eig_top(J, k, "lanczos")
 
 

@@ -267,3 +267,83 @@ def test_rounds_identical_to_the_arpack_rounds(spiked, monkeypatch):
         assert rb.result.k_hat == ra.result.k_hat == 5
         assert np.array_equal(rb.patterns, ra.patterns)
         np.testing.assert_array_equal(magnetization(rb.patterns, xi), magnetization(ra.patterns, xi))
+
+
+# ----------------------------------------------------------------------------------------
+# mixed precision (a float32 pass, then float64 from its basis)
+@pytest.mark.parametrize(("N", "M", "K", "r", "seed"), [(600, 1800, 5, 0.8, 3), (700, 400, 3, 0.7, 4)])
+def test_mixed_precision_meets_the_float64_contract(N, M, K, r, seed):
+    """The float64 pass applies the same criteria: spikes to 1e-10, bulk values to 0.1 TW scale."""
+    J, _, _ = _spiked(N, M, K, r, seed)
+    w = scipy.linalg.eigh(J, eigvals_only=True)[::-1]
+    ref = _eig._eig_full(J)
+    info64: dict = {}
+    _eig._eig_block(J, 16, precision="float64", info=info64)
+    info: dict = {}
+    spec = _eig._eig_block(J, 16, precision="mixed", info=info)
+    assert spec is not None
+    s = info["tw_scale"]
+    np.testing.assert_allclose(spec.values[:K], w[:K], rtol=1e-12)
+    assert np.abs(spec.vectors[:, :K] - ref.vectors[:, :K]).max() < 1e-8
+    assert np.all(spec.residuals[:K] <= _eig.VEC_RTOL * w[0])
+    resid = np.linalg.norm(J @ spec.vectors[:, :K] - spec.vectors[:, :K] * spec.values[:K], axis=0)
+    assert np.all(resid <= 1.01 * _eig.VEC_RTOL * w[0])  # measured in float64, not taken from the float32 pass
+    err = w[K:16] - spec.values[K:]
+    assert np.all(err >= -1e-12 * w[0])
+    near = spec.values[K:] >= w[K] - 4 * s
+    assert np.all(err[near] <= _eig.VALUE_TW_FRACTION * s)
+    assert np.all(err <= 0.25 * (w[K] - w[K:16]) + _eig.VALUE_TW_FRACTION * s)
+    # most products are float32 ones: the float64 pass starts from the float32 basis and needs few
+    assert info["blocks_float32"] >= 1
+    assert info["blocks"] - info["blocks_float32"] < info64["blocks"]
+    assert info64["blocks_float32"] == 0
+
+
+def test_precision_auto_switches_at_the_size_and_bad_precision_is_refused(spiked, monkeypatch):
+    J = spiked[0]
+    info: dict = {}
+    _eig._eig_block(J, 16, info=info)
+    assert info["blocks_float32"] == 0  # N = 600 < MIXED_MIN_N
+    monkeypatch.setattr(_eig, "MIXED_MIN_N", 600)
+    _eig._eig_block(J, 16, info=info)
+    assert info["blocks_float32"] >= 1
+    with pytest.raises(ValueError, match="precision must be 'auto', 'float64' or 'mixed', got 'single'"):
+        _eig._eig_block(J, 16, precision="single")
+    # the float32 pass's tolerance sits at its rounding level, never below the float64 one
+    assert _eig._float32_rtol(10) == pytest.approx(8 * 10**0.5 * 2.0**-24)
+    assert _eig._float32_rtol(10_000) > _eig._float32_rtol(1000) > _eig.VEC_RTOL
+
+
+@pytest.mark.parametrize("defense", [None, "support"])
+def test_rounds_identical_with_the_mixed_solver(spiked, monkeypatch, defense):
+    """K_hat, patterns and magnetizations of a round do not depend on the solver's precision,
+    with the default acceptance, the support defence and under the Gaussian mechanism."""
+    from fedlam.metrics import magnetization
+    from fedlam.privacy import GaussianMechanism
+
+    _, xi, ops, _, _ = spiked
+    mech = GaussianMechanism(epsilon=4.0, delta=1e-5)
+    rng = np.random.default_rng(5)
+    noised = []
+    for op in ops:
+        Z, sig = mech.apply(op, 600, rng)
+        noised.append(Upload(Z, 600, 1.0, 0.36, dp_sigma=sig))
+    calls: list = []
+    real = _eig._block_krylov
+
+    def spy(apply, *a, **k):
+        calls.append(apply)
+        return real(apply, *a, **k)
+
+    for ups in ([Upload(op, 600, 1.0, 0.36) for op in ops], noised):
+        ref = Server(defense=defense).round(ups, np.random.default_rng(2))
+        assert ref.result.k_hat == 5
+        calls.clear()
+        with monkeypatch.context() as m:
+            m.setattr(_eig, "MIXED_MIN_N", 500)
+            m.setattr(_eig, "_block_krylov", spy)
+            mixed = Server(defense=defense).round(ups, np.random.default_rng(2))
+        assert len(calls) >= 2  # a float32 pass and a float64 pass ran
+        assert mixed.result.k_hat == ref.result.k_hat
+        assert np.array_equal(mixed.patterns, ref.patterns)
+        np.testing.assert_array_equal(magnetization(mixed.patterns, xi), magnetization(ref.patterns, xi))
