@@ -347,3 +347,39 @@ def test_rounds_identical_with_the_mixed_solver(spiked, monkeypatch, defense):
         assert mixed.result.k_hat == ref.result.k_hat
         assert np.array_equal(mixed.patterns, ref.patterns)
         np.testing.assert_array_equal(magnetization(mixed.patterns, xi), magnetization(ref.patterns, xi))
+
+
+def test_a_round_at_the_mixed_size_matches_the_float64_round(monkeypatch):
+    """At N = MIXED_MIN_N the server's solver takes the mixed path by itself; K_hat and patterns
+    are those of the float64 solver, over two rounds (the second warm-started, with a broadcast)."""
+    from fedlam.metrics import magnetization
+
+    N = _eig.MIXED_MIN_N
+    _, xi, ops = _spiked(N, 2 * N, 4, 0.8, 11, L=2)
+    ups = [Upload(op, N, 1.0, 0.36) for op in ops]
+
+    def two_rounds():
+        s = Server()
+        r0 = s.round(ups, np.random.default_rng(3))
+        blended = [Upload(0.6 * op + 0.4 * r0.broadcast, N, 0.6, 0.36) for op in ops]
+        r1 = s.round(blended, np.random.default_rng(4), broadcast=r0.broadcast, start=r0.warm_start)
+        return r0, r1
+
+    used = []
+    real = _eig._block_krylov
+
+    def spy(apply, *a, **k):
+        used.append(k.get("whole_start", False))
+        return real(apply, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(_eig, "_block_krylov", spy)
+        mixed = two_rounds()
+    assert any(used)  # the float64 pass after a float32 one ran
+    with monkeypatch.context() as m:
+        m.setattr(_eig, "MIXED_MIN_N", 10**9)
+        ref = two_rounds()
+    for a, b in zip(mixed, ref, strict=True):
+        assert a.result.k_hat == b.result.k_hat == 4
+        assert np.array_equal(a.patterns, b.patterns)
+        assert magnetization(a.patterns, xi).min() == 1.0
