@@ -99,12 +99,16 @@ def test_killed_supernode_does_not_stop_the_federation(tmp_path, no_leftovers):
     R = hist["rounds"]
     [done] = hist["killed_after_rounds"]  # rounds completed when the launcher saw round 0 and killed
     assert done >= 1 and R[0]["answered"] == [0, 1, 2]
-    # the round running at the kill may or may not have node 2's upload; every later round
-    # goes on with the two others (after waiting round-timeout for the dead one)
+    # the round running at the kill may or may not have node 2's upload, and under load it can
+    # lose a survivor's too (seen once in CI, wall time 250 s: node 2's reply object was gone
+    # from the SuperLink and node 0's came after round-timeout, so that round was skipped);
+    # every round before it ran, and every later round goes on with the two others (after
+    # waiting round-timeout for the dead one)
     later = R[done + 1:]
     assert later, "the kill came too late to test anything"
+    assert all(not r["skipped"] for r in R[:done])
     assert all(r["answered"] == [0, 1] and not r["skipped"] for r in later)
-    assert all(not r["skipped"] for r in R) and R[-1]["magnetization"] == [1.0, 1.0, 1.0]
+    assert R[-1]["magnetization"] == [1.0, 1.0, 1.0]
 
 
 def test_port_clash_is_reported(tmp_path, no_leftovers):
