@@ -56,6 +56,26 @@ def test_check_operator_blocked_checks_catch_single_entries():
         v.check_operator(np.zeros((1, 1)))
 
 
+
+@pytest.mark.parametrize("pos", [(3, 650), (650, 3), (0, 0), (699, 699), (300, 10), (10, 300), (511, 512)])
+def test_check_operator_finds_a_nan_in_any_tile_and_reports_the_true_scale(pos):
+    """One pass over tile pairs: a NaN on either side of a pair (or on the diagonal, or in the
+    last partial tile) is counted, and the symmetry message quotes the exact max |J|."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((700, 700))
+    J = a + a.T
+    bad = J.copy()
+    bad[pos] = np.nan
+    with pytest.raises(ValueError, match="J must be finite, found 1 NaN/inf entries"):
+        v.check_operator(bad)
+    with pytest.raises(ValueError, match="J must be finite, found 1 NaN/inf entries"):
+        v.check_operator(bad, symmetric=False)
+    asym = J.copy()
+    asym[pos] += 1.0 if pos[0] != pos[1] else 0.0
+    if pos[0] != pos[1]:
+        with pytest.raises(ValueError, match=f"of max \\|J\\| = {np.abs(asym).max():.3g}"):
+            v.check_operator(asym)
+
 def test_check_prob_vector():
     p = np.array([0.25, 0.75])
     assert np.array_equal(v.check_prob_vector(p, "mixture", size=2), p)
