@@ -36,6 +36,7 @@ level, never spikes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -931,7 +932,19 @@ def pm1_kurtosis(s2: float) -> float:
 
 def _edge_and_scale(a: np.ndarray, q: np.ndarray, v: float, k: np.ndarray | None,
                     N: int) -> tuple[float, float, float]:
-    """(edge with its kurtosis shift, the shift, Tracy-Widom scale) of the free model ``(a, q, v)``."""
+    """(edge with its kurtosis shift, the shift, Tracy-Widom scale) of the free model ``(a, q, v)``.
+
+    Cached on the exact values (a round asks for the same model several times: the K-hat rule,
+    the solver's bulk edge, again in the next round; each costs a root finding)."""
+    return _edge_and_scale_cached(tuple(map(float, a)), tuple(map(float, q)), float(v),
+                                  None if k is None else tuple(map(float, k)), int(N))
+
+
+@functools.lru_cache(maxsize=256)
+def _edge_and_scale_cached(a_t: tuple[float, ...], q_t: tuple[float, ...], v: float,
+                           k_t: tuple[float, ...] | None, N: int) -> tuple[float, float, float]:
+    a, q = np.array(a_t, dtype=np.float64), np.array(q_t, dtype=np.float64)
+    k = None if k_t is None else np.array(k_t, dtype=np.float64)
     edge, _, x2 = _free_edge(a, q, v)
     shift = _edge_shift(a, q, k, v, N) if k is not None else 0.0
     return edge + shift, shift, _tw_scale_from_curvature(x2, N)
