@@ -623,7 +623,18 @@ def _free_edge(a: np.ndarray, q: np.ndarray, v: float = 0.0) -> tuple[float, flo
     Components with ``a_c = 0`` have no bulk and are ignored. Without any positive component
     and without noise the bulk lies in ``(-inf, 0]`` and the edge returned is 0 (``G*``,
     curvature NaN); with noise only, the semicircle edge ``2 sqrt(v)``.
+
+    Cached on the exact values of ``(a, q, v)``: a server round asks for the same model many
+    times (the K-hat rule, the solver's bulk edge, each upload's threshold with its kurtosis
+    shift and Tracy-Widom scale), and again in the next round; each is a root finding.
     """
+    return _free_edge_of(tuple(map(float, a)), tuple(map(float, q)), float(v))
+
+
+@functools.lru_cache(maxsize=1024)
+def _free_edge_of(a_t: tuple[float, ...], q_t: tuple[float, ...], v: float) -> tuple[float, float, float]:
+    """:func:`_free_edge` of exact values (the cached root finding)."""
+    a, q = np.array(a_t, dtype=np.float64), np.array(q_t, dtype=np.float64)
     keep = a != 0
     a, q = a[keep], q[keep]
     b = a * q
@@ -932,19 +943,7 @@ def pm1_kurtosis(s2: float) -> float:
 
 def _edge_and_scale(a: np.ndarray, q: np.ndarray, v: float, k: np.ndarray | None,
                     N: int) -> tuple[float, float, float]:
-    """(edge with its kurtosis shift, the shift, Tracy-Widom scale) of the free model ``(a, q, v)``.
-
-    Cached on the exact values (a round asks for the same model several times: the K-hat rule,
-    the solver's bulk edge, again in the next round; each costs a root finding)."""
-    return _edge_and_scale_cached(tuple(map(float, a)), tuple(map(float, q)), float(v),
-                                  None if k is None else tuple(map(float, k)), int(N))
-
-
-@functools.lru_cache(maxsize=256)
-def _edge_and_scale_cached(a_t: tuple[float, ...], q_t: tuple[float, ...], v: float,
-                           k_t: tuple[float, ...] | None, N: int) -> tuple[float, float, float]:
-    a, q = np.array(a_t, dtype=np.float64), np.array(q_t, dtype=np.float64)
-    k = None if k_t is None else np.array(k_t, dtype=np.float64)
+    """(edge with its kurtosis shift, the shift, Tracy-Widom scale) of the free model ``(a, q, v)``."""
     edge, _, x2 = _free_edge(a, q, v)
     shift = _edge_shift(a, q, k, v, N) if k is not None else 0.0
     return edge + shift, shift, _tw_scale_from_curvature(x2, N)

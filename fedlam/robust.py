@@ -810,13 +810,7 @@ def upload_threshold(upload: Any, N: int, n_sigma: float = 4.0) -> float:
     s2 = 1.0 if s2 is None else check_in_range(s2, "upload.noise_var", 0.0, None)
     sig = getattr(upload, "dp_sigma", 0.0) or 0.0
     sig = check_in_range(sig, "upload.dp_sigma", 0.0, None)
-    return _threshold(float(w), s2, int(M), N * sig * sig, N, n_sigma)
-
-
-@functools.lru_cache(maxsize=1024)
-def _threshold(w: float, s2: float, M: int, v: float, N: int, n_sigma: float) -> float:
-    """:func:`upload_threshold` of checked scalars (cached: the uploads of a federation repeat
-    a few of them every round, and each costs about a millisecond of free-edge root finding)."""
+    v = N * sig * sig
     if s2 > 0:
         # the free edge plus the first-order shift of the +-1 entries' fourth cumulant (excess
         # kurtosis 4 / s2 - 6: 15 at r = 0.9, about three Tracy-Widom scales at N = 300)
