@@ -194,7 +194,7 @@ def _float32_rtol(N: int) -> float:
     converged: 8 times ``sqrt(N) u`` (``u = 2^-24``), the typical rounding error of a float32
     product with an N x N matrix (a residual cannot be measured below it); the float64 pass
     then brings the vector to :data:`VEC_RTOL`."""
-    return max(VEC_RTOL, 8.0 * math.sqrt(N) * 2.0**-24)
+    return 8.0 * math.sqrt(N) * 2.0**-24
 
 
 def _svqb(W: np.ndarray, Q: np.ndarray | None = None, drop: float = 1e-10) -> np.ndarray:
@@ -414,6 +414,7 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
     blocks, products = 1, m
     cap = max_blocks
     last_fit = fit
+    out = None
     if info is not None:
         info.clear()
     while True:
@@ -493,11 +494,11 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
             info.update(blocks=blocks, products=products, cap=cap, n_vectors=nv, tw_scale=s_tw,
                         converged=int(conv[:k].sum()))
         if conv[:k].all():
-            return Spectrum(values=np.ascontiguousarray(theta[:k]), vectors=np.ascontiguousarray(Y[:, :k]),
-                            n=N, trace=trace, sum_sq=sum_sq, residuals=rn[:k].copy()), \
-                (Q @ Z if want_basis else None), last_fit
-        if cap is None and blocks >= 64:  # the fit never settled (not a spectrum the solver is made for)
-            return None, (Q @ Z if want_basis else None), last_fit
+            out = Spectrum(values=np.ascontiguousarray(theta[:k]), vectors=np.ascontiguousarray(Y[:, :k]),
+                           n=N, trace=trace, sum_sq=sum_sq, residuals=rn[:k].copy())
+            break
+        if cap is None and blocks >= 64:
+            break  # the fit never settled (not a spectrum the solver is made for)
         if cap is None and stable:
             # gap of the k-th value to the (b+1)-th, from the soft edge's eigenvalue spacing
             # (computed once the fit has settled: before that the scale is not the bulk's)
@@ -506,7 +507,7 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
             gamma = gap / spread if spread > 0 else 1.0
             cap = 2 * _krylov_blocks(gamma, value_fraction * s_tw / max(spread, 1e-300)) + 8
         if cap is not None and blocks >= cap:
-            return None, (Q @ Z if want_basis else None), last_fit
+            break
         active = np.nonzero(~conv)[0]
         if m + active.size > m_max:  # thick restart from the leading Ritz vectors
             m = nb
@@ -514,10 +515,11 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
             AQb[:, :m] = AY
             Hb[:m, :m] = Y.T @ AY
             Q, AQ = Qb[:, :m], AQb[:, :m]
+            Z = np.eye(m)  # the new basis is its own Ritz vectors (the basis returned below)
         W = _svqb(R[:, active], Q)
         a = W.shape[1]
         if a == 0:
-            return None, (Q @ Z if want_basis else None), last_fit
+            break
         AW = apply(W)
         C = Q.T @ AW
         Qb[:, m : m + a] = W
@@ -528,6 +530,7 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
         m += a
         blocks += 1
         products += a
+    return out, (Q @ Z if want_basis else None), last_fit
 
 
 def _ensure_vectors(J: np.ndarray, spec: Spectrum, n: int) -> Spectrum:

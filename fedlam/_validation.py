@@ -132,7 +132,7 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
         block = max(1, min(n, 2**22 // n))
         for start in range(0, n, block):
             n_bad += int((~np.isfinite(J[start : start + block])).sum())
-        if n_bad:  # always, for the tiles' scale (a finite overflowing sum of the other path passes)
+        if n_bad:  # always after the tiles; the sum of the other path may overflow on finite entries
             raise ValueError(f"{name} must be finite, found {n_bad} NaN/inf entries")
     if symmetric and asym > atol * scale:
         raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g} "
