@@ -27,6 +27,7 @@ import contextlib
 import os
 import sys
 import tracemalloc
+from unittest import mock
 
 import numpy as np
 from _common import best_of, client_operators
@@ -41,18 +42,6 @@ from fedlam.protocol import Upload
 
 def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-class _ForceArpack:
-    """Context: the block solver gives up at once, so every spectrum takes the fallback (ARPACK)."""
-
-    def __enter__(self):
-        self.orig = E._eig_block
-        E._eig_block = lambda *a, **k: None
-        return self
-
-    def __exit__(self, *exc):
-        E._eig_block = self.orig
 
 
 def small(repeats: int = 7) -> None:
@@ -70,7 +59,8 @@ def small(repeats: int = 7) -> None:
 
     def rnd(name, uploads, defense=None, arpack=False, acceptance=None):
         def f():
-            with _ForceArpack() if arpack else contextlib.nullcontext():
+            # ARPACK: the block solver gives up at once, so every spectrum takes the fallback
+            with mock.patch.object(E, "_eig_block", lambda *a, **k: None) if arpack else contextlib.nullcontext():
                 out[name] = Server(defense=defense, acceptance=acceptance).round(uploads, np.random.default_rng(0))
         return f
 
@@ -110,18 +100,6 @@ def small(repeats: int = 7) -> None:
     print(f"after: {_load()}")
 
 
-class _Float64Only:
-    """Context: the block solver never takes its mixed-precision path (the solver before it)."""
-
-    def __enter__(self):
-        self.orig = E.MIXED_MIN_N
-        E.MIXED_MIN_N = 10**12
-        return self
-
-    def __exit__(self, *exc):
-        E.MIXED_MIN_N = self.orig
-
-
 def large(repeats: int = 3) -> None:
     N, K, L, M_c, r = 10000, 6, 2, 1500, 0.8
     xi, ops = client_operators(N, K, L, M_c, r, seed=2)
@@ -132,7 +110,8 @@ def large(repeats: int = 3) -> None:
 
     def rnd(name, float64=False):
         def f():
-            with _Float64Only() if float64 else contextlib.nullcontext():
+            # the block solver never takes its mixed-precision path (the solver before it)
+            with mock.patch.object(E, "MIXED_MIN_N", 10**12) if float64 else contextlib.nullcontext():
                 out[name] = Server().round(ups, np.random.default_rng(0))
         return f
 
