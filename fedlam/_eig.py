@@ -129,7 +129,8 @@ def _eig_full(J: np.ndarray) -> Spectrum:
     )
 
 def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | None = None,
-             n_vectors: int | None = None, bulk_edge: tuple[float, float] | None = None) -> Spectrum:
+             n_vectors: int | None = None, bulk_edge: tuple[float, float] | None = None,
+             threshold: float | None = None) -> Spectrum:
     """:func:`top_spectrum` without argument checks (for callers that validated ``J``).
 
     ``method="block"``: :func:`_eig_block` (warm-started from ``start``, leading ``n_vectors``
@@ -137,7 +138,8 @@ def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | No
     within its cap. ``"auto"``: ARPACK (``"lanczos"``) when ``N >= 500`` and ``10 k <= N``,
     else ``"evr"``; ``"server"``: the same switch with ``"block"`` in place of ARPACK (the
     server's spectrum: :func:`fedlam.lam.factorize`, the support defence). ``bulk_edge``: the
-    caller's (edge, Tracy-Widom scale) of the bulk, for :func:`_eig_block`.
+    caller's (edge, Tracy-Widom scale) of the bulk, ``threshold`` its count threshold, for
+    :func:`_eig_block`.
     """
     N = J.shape[0]
     if k == N:
@@ -151,7 +153,7 @@ def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | No
         method = "block" if large else "evr"
         n_vectors = 0 if n_vectors is None else n_vectors
     if method == "block" and 2 * (k + 8) <= N:  # else the block would be half the matrix: evr
-        out = _eig_block(J, k, start=start, n_vectors=n_vectors, bulk_edge=bulk_edge)
+        out = _eig_block(J, k, start=start, n_vectors=n_vectors, bulk_edge=bulk_edge, threshold=threshold)
         if out is not None:
             return out
         method = "lanczos"  # the fallback: the solver before the block method
@@ -268,7 +270,8 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
                *, value_fraction: float = VALUE_TW_FRACTION, depth_fraction: float = 0.25,
                vec_rtol: float = VEC_RTOL, oversample: int | None = None, max_blocks: int | None = None,
                basis_factor: int = 4, bulk_edge: tuple[float, float] | None = None,
-               seed: int = 0, precision: str = "auto", info: dict | None = None) -> Spectrum | None:
+               seed: int = 0, precision: str = "auto", threshold: float | None = None,
+               info: dict | None = None) -> Spectrum | None:
     """Top-``k`` eigenpairs by thick-restarted block Krylov with Rayleigh-Ritz and soft locking.
 
     A block of ``b = k + p`` vectors (``start``, e.g. the previous round's eigenvectors,
@@ -316,6 +319,17 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     error at most ``0.25 depth + 0.1 s`` stays below ``edge - 4 s``: a K-hat threshold above the
     edge is decided the same way. Without it such a bulk gets no relaxation.
 
+    ``threshold``: the count threshold of the caller's K-hat rule (the server's: the free
+    edge plus ``n_sigma`` Tracy-Widom scales, ``fedlam.khat._model_edge``). The rule reads a
+    value below it only as "below", so such a value needs only to be placed below it: a Ritz
+    value is a lower bound of its eigenvalue, and ``theta + err <= threshold - value_fraction
+    s`` (``err`` the error estimate above) places the eigenvalue below the threshold with
+    ``value_fraction`` TW scales to spare, however far below it lies (the value's tolerance is
+    the larger of that bound and the one above). The values above it are the ones the rule counts, and the
+    caller reads their vectors: they get vector accuracy. The bulk values are then bounds
+    (lower by up to a few TW scales), not estimates to ``value_fraction``. Derived in
+    {ref}`sec-cost-block`.
+
     ``precision``: ``"float64"``; ``"mixed"``: iterate with a float32 copy of ``J`` (half the
     memory traffic per product) until every criterion above holds with the vectors' tolerance
     relaxed to the float32 rounding level (:func:`_float32_rtol`), then go on in float64 from
@@ -337,7 +351,8 @@ def _eig_block(J: np.ndarray, k: int, start: np.ndarray | None = None, n_vectors
     trace = float(np.trace(J))
     sum_sq = float(np.einsum("ij,ij->", J, J))
     opts: dict[str, Any] = dict(value_fraction=value_fraction, depth_fraction=depth_fraction, oversample=oversample,
-                max_blocks=max_blocks, basis_factor=basis_factor, bulk_edge=bulk_edge, seed=seed)
+                max_blocks=max_blocks, basis_factor=basis_factor, bulk_edge=bulk_edge, seed=seed,
+                threshold=threshold)
     blocks32 = products32 = 0
     if precision == "mixed":
         J32 = J.astype(np.float32)
@@ -377,8 +392,8 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
                   n_vectors: int | None, *, value_fraction: float, depth_fraction: float, vec_rtol: float,
                   oversample: int | None, max_blocks: int | None, basis_factor: int,
                   bulk_edge: tuple[float, float] | None, seed: int, info: dict | None,
-                  fit: tuple[int, float] | None = None, whole_start: bool = False, want_basis: bool = False,
-                  spike_rtol: float | None = None,
+                  threshold: float | None = None, fit: tuple[int, float] | None = None, whole_start: bool = False,
+                  want_basis: bool = False, spike_rtol: float | None = None,
                   ) -> tuple[Spectrum | None, np.ndarray | None, tuple[int, float] | None]:
     """The iteration of :func:`_eig_block` with products ``apply(W) = J W``.
 
@@ -388,7 +403,8 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
     converged (default ``vec_rtol``, which still floors every value's tolerance).
     ``whole_start``: ``start`` is such a basis, taken whole (up to the largest basis) instead
     of its first ``b`` columns; ``fit``: the fit of a previous pass on the same operator,
-    against which the first step's fit counts as stable.
+    against which the first step's fit counts as stable. The other arguments: see
+    :func:`_eig_block`.
     """
     p = oversample if oversample is not None else 8
     b = min(k + p, N // 2)
@@ -462,12 +478,20 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
                 edge = float(bulk_edge[0])
             spread = max(spread, 4.0 * math.sqrt(v_b)) if spread > 0 else 4.0 * math.sqrt(v_b)
         nv = n_out if n_vectors is None else min(int(n_vectors), k)
+        if threshold is not None:
+            # the caller counts the values above ``threshold`` and reads their vectors
+            nv = max(nv, int(np.count_nonzero(theta[: min(k, nb)] > threshold)))
         vec_tol = vec_rtol * scale
         # values within 4 TW scales of the fitted edge (where the K-hat thresholds lie) to
         # value_fraction TW; deeper ones relative to their distance below that band
         relax = fit_ok or bulk_edge is not None
         depth = np.maximum(edge - 4.0 * s_tw - theta[:nb], 0.0) if relax else np.zeros(nb)
         val_tol = np.maximum(value_fraction * s_tw + depth_fraction * depth, vec_tol)
+        if threshold is not None:
+            # a value below the caller's threshold needs only to be certified below it, with
+            # value_fraction TW to spare: theta <= lambda <= theta + err <= threshold - 0.1 s
+            below = theta[:nb] < threshold
+            val_tol[below] = np.maximum(val_tol[below], threshold - theta[:nb][below] - value_fraction * s_tw)
         # error of a Ritz value ~ ||r||^2 / (gap to the eigenvalues the basis has not
         # captured): the residual lies in the uncaptured part, whose top the first Ritz value
         # beyond the block approximates; a safety factor 10 covers its underestimate
@@ -533,7 +557,7 @@ def _block_krylov(apply: Any, N: int, k: int, trace: float, sum_sq: float, start
     return out, (Q @ Z if want_basis else None), last_fit
 
 
-def _ensure_vectors(J: np.ndarray, spec: Spectrum, n: int) -> Spectrum:
+def _ensure_vectors(J: np.ndarray, spec: Spectrum, n: int, threshold: float | None = None) -> Spectrum:
     """``spec`` with its leading ``n`` eigenvectors converged to :data:`VEC_RTOL`.
 
     A block spectrum has its vectors converged for the pairs it took as spikes; a caller that
@@ -548,7 +572,8 @@ def _ensure_vectors(J: np.ndarray, spec: Spectrum, n: int) -> Spectrum:
     if np.all(spec.residuals[:n] <= tol):
         return spec
     k = len(spec)
-    out = _eig_block(J, k, start=spec.vectors, n_vectors=n, precision="float64")  # the start is converged
+    # the start is converged (float64); ``threshold``: the caller's count threshold, as in the first solve
+    out = _eig_block(J, k, start=spec.vectors, n_vectors=n, precision="float64", threshold=threshold)
     return out if out is not None else _eig_top(J, k, "lanczos")
 
 

@@ -949,13 +949,23 @@ def _edge_and_scale(a: np.ndarray, q: np.ndarray, v: float, k: np.ndarray | None
     return edge + shift, shift, _tw_scale_from_curvature(x2, N)
 
 
-def _model_edge(components: Sequence[Component], N: int, noise_var: float = 0.0) -> tuple[float, float]:
-    """(edge, Tracy-Widom scale) of the bulk the K-hat rule of ``components`` and ``noise_var``
-    assumes (:func:`k_hat_components`): what the server's block solver relaxes below
-    (``fedlam._eig._eig_block``'s ``bulk_edge``)."""
+def _count_threshold(edge: float, s: float, margin: float | None, n_sigma: float) -> float:
+    """The count threshold of the edge rules, ``edge (1 + margin)``; by default (``margin``
+    None) ``n_sigma`` Tracy-Widom scales ``s`` above the edge."""
+    rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
+    return edge * (1.0 + rel)
+
+
+def _model_edge(components: Sequence[Component], N: int, noise_var: float = 0.0, margin: float | None = None,
+                n_sigma: float = 4.0) -> tuple[float, float, float]:
+    """(edge, Tracy-Widom scale, count threshold) of the bulk the K-hat rule of ``components``
+    and ``noise_var`` assumes (:func:`k_hat_components`, with ``margin`` and ``n_sigma``): what
+    the server's block solver relaxes below (``fedlam._eig._eig_block``'s ``bulk_edge`` and
+    ``threshold``). The rule's threshold is this one or, when larger, the rounding floor of
+    the spectrum it counts in."""
     a, q, v = _component_arrays(components, noise_var)
     edge, _, s = _edge_and_scale(a, q, v, _kurtosis_of(components), N)
-    return float(edge), float(s)
+    return float(edge), float(s), float(_count_threshold(edge, s, margin, n_sigma))
 
 
 def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: float | None,
@@ -965,7 +975,7 @@ def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: 
     edge, shift, s = _edge_and_scale(a, q, v, k, N)
     rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
-    thr = max(edge * (1.0 + rel), floor)
+    thr = max(_count_threshold(edge, s, margin, n_sigma), floor)
     kmax = min(_default_kmax(N, max_k), N - 1, len(spec))
     count = int(np.sum(spec.values[:kmax] > thr))
     pos = a > 0

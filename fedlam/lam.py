@@ -678,12 +678,16 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
             kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         return spec, kres
     comps = kw.get("components")
-    bulk_edge = None  # the K-hat rule's model of the bulk, for the block solver (noised bulks)
+    # the K-hat rule's model of the bulk and its count threshold, for the block solver: it
+    # relaxes below the edge (noised bulks) and certifies the values below the threshold
+    bulk_edge = threshold = None
     if p.k_method == "free" and comps and all(isinstance(c, _sp.Component) for c in comps):
-        bulk_edge = khat._model_edge(comps, N, float(kw.get("noise_var", 0.0)))
+        edge, s_tw, threshold = khat._model_edge(comps, N, float(kw.get("noise_var", 0.0)), kw.get("margin"),
+                                                 kw.get("n_sigma", 4.0))
+        bulk_edge = (edge, s_tw)
     m = min(N, 16)
     while True:
-        spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge)
+        spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge, threshold=threshold)
         kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         if m == N:
             return spec, kres
@@ -691,7 +695,7 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         if p.k_method in ("mp", "tw") and not limited:
             limited = _remainder_hides_spikes(spec, max(1, N // 4))
         if not limited:
-            return _ensure_vectors(J, spec, kres.k_hat), kres
+            return _ensure_vectors(J, spec, kres.k_hat, threshold), kres
         m = min(N, 4 * m)  # 16 -> 64 -> 256 ...
         start = spec.vectors
 

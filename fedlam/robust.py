@@ -1119,12 +1119,15 @@ def _top_spectrum_for(J: np.ndarray, comps: list, noise_var: float, n_sigma: flo
     """
     N = J.shape[0]
     m = min(N, 16)
-    bulk_edge = khat._model_edge(comps, N, noise_var) if comps else None
+    bulk_edge = threshold = None
+    if comps:
+        edge, s_tw, threshold = khat._model_edge(comps, N, noise_var, n_sigma=n_sigma)
+        bulk_edge = (edge, s_tw)
     while True:
-        spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge)
+        spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge, threshold=threshold)
         k = khat._k_hat_components(spec, comps, noise_var, n_sigma=n_sigma).k_hat
         if m == N or k < m - 8:
-            return _ensure_vectors(J, spec, int(k)), int(k)
+            return _ensure_vectors(J, spec, int(k), threshold), int(k)
         m = min(N, 4 * m)
         start = spec.vectors
 

@@ -383,3 +383,69 @@ def test_a_round_at_the_mixed_size_matches_the_float64_round(monkeypatch):
         assert a.result.k_hat == b.result.k_hat == 4
         assert np.array_equal(a.patterns, b.patterns)
         assert magnetization(a.patterns, xi).min() == 1.0
+
+
+# ----------------------------------------------------------------------------------------
+# the K-hat rule's threshold: the values below it are certified below it, not converged
+@pytest.mark.parametrize("precision", ["float64", "mixed"])
+@pytest.mark.parametrize(("N", "M", "K", "r", "seed"), [(600, 1800, 5, 0.8, 3), (700, 1200, 3, 0.7, 4),
+                                                          (500, 2500, 8, 0.6, 5)])
+def test_threshold_certifies_the_values_below_it(N, M, K, r, seed, precision):
+    J, _, ops = _spiked(N, M, K, r, seed, L=3)
+    w, V = scipy.linalg.eigh(J)
+    w, V = w[::-1], V[:, ::-1]
+    thr = sp.k_hat_free(w, components=ops).threshold
+    n_above = int(np.sum(w[:16] > thr))
+    assert 1 <= n_above <= K
+    info_all: dict = {}
+    _eig._eig_block(J, 16, precision=precision, info=info_all)
+    info: dict = {}
+    spec = _eig._eig_block(J, 16, precision=precision, threshold=thr, info=info)
+    assert spec is not None
+    s = info["tw_scale"]
+    # the count the rule makes is LAPACK's; every value is a lower bound of its eigenvalue
+    assert int(np.sum(spec.values > thr)) == n_above
+    assert np.all(w[:16] - spec.values >= -1e-12 * w[0])
+    # a value below the threshold: its eigenvalue lies below it with 0.1 TW scale to spare
+    below = spec.values < thr
+    assert np.all(w[:16][below] <= thr - _eig.VALUE_TW_FRACTION * s)
+    # the counted values get their vectors (the caller's LAM reads them)
+    assert info["n_vectors"] >= n_above
+    assert np.all(spec.residuals[:n_above] <= _eig.VEC_RTOL * w[0])
+    assert np.abs(np.abs(np.sum(spec.vectors[:, :n_above] * V[:, :n_above], axis=0)) - 1).max() < 1e-12
+    assert info["blocks"] <= info_all["blocks"]
+
+
+def test_threshold_above_every_value_and_fewer_products(spiked):
+    J, _, ops, w, _ = spiked
+    info_all: dict = {}
+    _eig._eig_block(J, 16, info=info_all)
+    info: dict = {}
+    thr = sp.k_hat_free(w, components=ops).threshold
+    _eig._eig_block(J, 16, threshold=thr, info=info)
+    assert info["blocks"] < info_all["blocks"]  # the bulk values deep below it are not waited for
+    # nothing above the threshold (K-hat = 0): no vector is needed, every value certified below it
+    top = 2.0 * w[0]
+    info0: dict = {}
+    spec0 = _eig._eig_block(J, 16, n_vectors=0, threshold=top, info=info0)
+    assert spec0 is not None and info0["n_vectors"] == 0
+    assert np.all(spec0.values < top) and np.all(w[:16] <= top - _eig.VALUE_TW_FRACTION * info0["tw_scale"])
+
+
+@pytest.mark.parametrize("defense", [None, "support"])
+def test_server_passes_its_k_hat_threshold(spiked, monkeypatch, defense):
+    """The server's spectra are solved against the threshold its free-edge K-hat rule counts with."""
+    _, _, ops, _, _ = spiked
+    ups = [Upload(op, 600, 1.0, 0.36) for op in ops]
+    seen = []
+    orig = _eig._eig_block
+
+    def spy(*a, **k):
+        seen.append(k.get("threshold"))
+        return orig(*a, **k)
+
+    monkeypatch.setattr(_eig, "_eig_block", spy)
+    rr = Server(defense=defense).round(ups, np.random.default_rng(2))
+    assert seen and all(t is not None for t in seen)
+    assert seen[-1] == pytest.approx(rr.result.k_result.threshold, rel=1e-12)
+    assert rr.result.k_hat == 5
