@@ -768,8 +768,8 @@ class History:
     top_eigenvalues : numpy.ndarray
         (T, n_top) leading eigenvalues of the server aggregate J_s (NaN-padded). Where the
         server's block solver computed them against its K̂ threshold (the default free-edge
-        rule, N >= 500), the values below that threshold are lower bounds certified below it,
-        up to a few Tracy-Widom scales low (see the book's section on the block eigensolver).
+        rule, N >= 500), the values below that threshold are lower bounds placed below it,
+        several Tracy-Widom scales low (see the book's section on the block eigensolver).
     spectral_gap : numpy.ndarray
         (T,) relative gap of the aggregate after its K̂-th eigenvalue (NaN when K̂ = 0); the
         value after the K̂-th is such a lower bound.

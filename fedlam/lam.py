@@ -934,7 +934,9 @@ def search_span(
         Cw = W.T @ Z
         Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
         for beta in (np.geomspace(0.3, 10.0, anneal_steps) if anneal_steps else ()):
-            Cw = W.T @ np.tanh(beta * np.sqrt(N) * (W @ Cw))
+            F = W @ Cw  # the field, scaled and squashed in place (no (N, S) temporaries)
+            F *= beta * np.sqrt(N)
+            Cw = W.T @ np.tanh(F, out=F)
             Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
         X = _sign_fixed_points(np.where((W @ Cw).T >= 0, 1.0, -1.0), W, iters)
     else:
