@@ -307,11 +307,22 @@ def test_precision_auto_switches_at_the_size_and_bad_precision_is_refused(spiked
     monkeypatch.setattr(_eig, "MIXED_MIN_N", 600)
     _eig._eig_block(J, 16, info=info)
     assert info["blocks_float32"] >= 1
+    _eig._eig_block(J, 16, threshold=float(np.linalg.eigvalsh(J)[-6]), info=info)
+    assert info["blocks_float32"] == 0  # under a K-hat threshold "auto" keeps float64
     with pytest.raises(ValueError, match="precision must be 'auto', 'float64' or 'mixed', got 'single'"):
         _eig._eig_block(J, 16, precision="single")
     # the float32 pass's tolerance sits at its rounding level, never below the float64 one
     assert _eig._float32_rtol(10) == pytest.approx(8 * 10**0.5 * 2.0**-24)
     assert _eig._float32_rtol(10_000) > _eig._float32_rtol(1000) > _eig.VEC_RTOL
+
+
+def _forced_mixed(real):
+    """The block solver in mixed precision wherever its caller leaves the precision to it (the
+    server's calls run under the K-hat threshold, where ``"auto"`` keeps float64)."""
+    def solver(*a, **k):
+        k.setdefault("precision", "mixed")
+        return real(*a, **k)
+    return solver
 
 
 @pytest.mark.parametrize("defense", [None, "support"])
@@ -340,7 +351,7 @@ def test_rounds_identical_with_the_mixed_solver(spiked, monkeypatch, defense):
         assert ref.result.k_hat == 5
         calls.clear()
         with monkeypatch.context() as m:
-            m.setattr(_eig, "MIXED_MIN_N", 500)
+            m.setattr(_eig, "_eig_block", _forced_mixed(_eig._eig_block))
             m.setattr(_eig, "_block_krylov", spy)
             mixed = Server(defense=defense).round(ups, np.random.default_rng(2))
         assert len(calls) >= 2  # a float32 pass and a float64 pass ran
@@ -350,8 +361,9 @@ def test_rounds_identical_with_the_mixed_solver(spiked, monkeypatch, defense):
 
 
 def test_a_round_at_the_mixed_size_matches_the_float64_round(monkeypatch):
-    """At N = MIXED_MIN_N the server's solver takes the mixed path by itself; K_hat and patterns
-    are those of the float64 solver, over two rounds (the second warm-started, with a broadcast)."""
+    """At N = MIXED_MIN_N, with the mixed path forced in the server's solver (under its K-hat
+    threshold ``"auto"`` keeps float64), K_hat and patterns are those of the float64 solver,
+    over two rounds (the second warm-started, with a broadcast)."""
     from fedlam.metrics import magnetization
 
     N = _eig.MIXED_MIN_N
@@ -373,6 +385,7 @@ def test_a_round_at_the_mixed_size_matches_the_float64_round(monkeypatch):
         return real(apply, *a, **k)
 
     with monkeypatch.context() as m:
+        m.setattr(_eig, "_eig_block", _forced_mixed(_eig._eig_block))
         m.setattr(_eig, "_block_krylov", spy)
         mixed = two_rounds()
     assert any(used)  # the float64 pass after a float32 one ran
