@@ -129,7 +129,7 @@ def large(repeats: int = 3) -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     # the solver as the round calls it: against the K-hat rule's threshold (the bulk values
-    # below it certified, not converged), and without it (every value to 0.1 TW scale)
+    # below it placed, not converged), and without it (every value to 0.1 TW scale)
     thr = rr.result.k_result.threshold
     info: dict = {}
     E._eig_block(rr.aggregate, 16, n_vectors=0, threshold=thr, info=info, precision="mixed")

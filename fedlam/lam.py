@@ -679,7 +679,7 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         return spec, kres
     comps = kw.get("components")
     # the K-hat rule's model of the bulk and its count threshold, for the block solver: it
-    # relaxes below the edge (noised bulks) and certifies the values below the threshold
+    # relaxes below the edge (noised bulks) and places the values below the threshold
     bulk_edge = threshold = None
     if p.k_method == "free" and comps and all(isinstance(c, _sp.Component) for c in comps):
         edge, s_tw, threshold = khat._model_edge(comps, N, float(kw.get("noise_var", 0.0)), kw.get("margin"),

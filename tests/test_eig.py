@@ -399,11 +399,11 @@ def test_a_round_at_the_mixed_size_matches_the_float64_round(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------
-# the K-hat rule's threshold: the values below it are certified below it, not converged
+# the K-hat rule's threshold: the values below it are placed below it, not converged
 @pytest.mark.parametrize("precision", ["float64", "mixed"])
 @pytest.mark.parametrize(("N", "M", "K", "r", "seed"), [(600, 1800, 5, 0.8, 3), (700, 1200, 3, 0.7, 4),
                                                           (500, 2500, 8, 0.6, 5)])
-def test_threshold_certifies_the_values_below_it(N, M, K, r, seed, precision):
+def test_threshold_places_the_values_below_it(N, M, K, r, seed, precision):
     J, _, ops = _spiked(N, M, K, r, seed, L=3)
     w, V = scipy.linalg.eigh(J)
     w, V = w[::-1], V[:, ::-1]
@@ -434,7 +434,7 @@ def test_threshold_above_every_value_and_fewer_products(spiked):
     thr = sp.k_hat_free(w, components=ops).threshold
     _eig._eig_block(J, 16, threshold=thr, info=info)
     assert info["blocks"] < info_all["blocks"]  # the bulk values deep below it are not waited for
-    # nothing above the threshold (K-hat = 0): no vector is needed, every value certified below it
+    # nothing above the threshold (K-hat = 0): no vector is needed, every value placed below it
     top = 2.0 * w[0]
     info0: dict = {}
     spec0 = _eig._eig_block(J, 16, n_vectors=0, threshold=top, info=info0)
