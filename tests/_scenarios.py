@@ -227,8 +227,10 @@ def label(i: int) -> str:
 #: rows run on Flower (all three weight rules, both privacy values, the fresh acceptance and the
 #: support defence, partial participation with dropouts, a noise client)
 FLOWER_ROWS = (0, 1, 8)
-#: rounds on Flower: every Flower round costs Flower's poll interval (about 3 s of SuperNode
-#: sleep per round, benchmarks/README.md), so the deployment runs the rows' first rounds
+#: rounds on Flower: a Flower round of these rows takes about 9 s on loopback (measured
+#: 2026-11-27: 8.3-9.6 s a round over 8 rounds of row 0), because each SuperNode sleeps 3 s after
+#: an empty pull and starts a new ``flwr-clientapp`` process for every message; 40 rounds x 3 rows
+#: would add about 18 minutes to CI, so the deployment runs the rows' first rounds
 T_FLOWER = 4
 
 
