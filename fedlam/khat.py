@@ -949,11 +949,10 @@ def _edge_and_scale(a: np.ndarray, q: np.ndarray, v: float, k: np.ndarray | None
     return edge + shift, shift, _tw_scale_from_curvature(x2, N)
 
 
-def _count_threshold(edge: float, s: float, margin: float | None, n_sigma: float) -> float:
-    """The count threshold of the edge rules, ``edge (1 + margin)``; by default (``margin``
-    None) ``n_sigma`` Tracy-Widom scales ``s`` above the edge."""
-    rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
-    return edge * (1.0 + rel)
+def _relative_margin(edge: float, s: float, margin: float | None, n_sigma: float) -> float:
+    """The edge rules' relative margin: the count threshold is ``edge (1 + margin)``, by default
+    (``margin`` None) ``n_sigma`` Tracy-Widom scales ``s`` above the edge."""
+    return margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
 
 
 def _model_edge(components: Sequence[Component], N: int, noise_var: float = 0.0, margin: float | None = None,
@@ -965,7 +964,7 @@ def _model_edge(components: Sequence[Component], N: int, noise_var: float = 0.0,
     the spectrum it counts in."""
     a, q, v = _component_arrays(components, noise_var)
     edge, _, s = _edge_and_scale(a, q, v, _kurtosis_of(components), N)
-    return float(edge), float(s), float(_count_threshold(edge, s, margin, n_sigma))
+    return float(edge), float(s), float(edge * (1.0 + _relative_margin(edge, s, margin, n_sigma)))
 
 
 def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: float | None,
@@ -973,9 +972,9 @@ def _k_hat_edge(spec: Spectrum, a: np.ndarray, q: np.ndarray, v: float, margin: 
     """Count the eigenvalues above the free edge of ``(a, q, v)`` plus a Tracy-Widom margin."""
     N = spec.n
     edge, shift, s = _edge_and_scale(a, q, v, k, N)
-    rel = margin if margin is not None else (n_sigma * s / edge if edge > 0 else 0.0)
+    rel = _relative_margin(edge, s, margin, n_sigma)
     floor = ZERO_RTOL * max(float(np.abs(spec.values).max(initial=0.0)), 1e-300)
-    thr = max(_count_threshold(edge, s, margin, n_sigma), floor)
+    thr = max(edge * (1.0 + rel), floor)
     kmax = min(_default_kmax(N, max_k), N - 1, len(spec))
     count = int(np.sum(spec.values[:kmax] > thr))
     pos = a > 0
