@@ -933,11 +933,8 @@ def search_span(
         # search in the deflated subspace W (all of span V on a first pass)
         Cw = W.T @ Z
         Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
-        for beta in (np.geomspace(0.3, 10.0, anneal_steps) if anneal_steps else ()):
-            F = W @ Cw  # the field, scaled and squashed in place (no (N, S) temporaries)
-            F *= beta * np.sqrt(N)
-            Cw = W.T @ np.tanh(F, out=F)
-            Cw /= np.maximum(np.linalg.norm(Cw, axis=0), 1e-300)
+        if anneal_steps:
+            Cw = _anneal(W, Cw, anneal_steps)
         X = _sign_fixed_points(np.where((W @ Cw).T >= 0, 1.0, -1.0), W, iters)
     else:
         X = np.empty((0, N))
@@ -946,6 +943,26 @@ def search_span(
     # refine every state in the full detected space
     X = _sign_fixed_points(X, V, iters)
     return _unique_rows(_canonical_sign(X.astype(np.int8)))
+
+
+def _anneal(W: np.ndarray, C: np.ndarray, steps: int) -> np.ndarray:
+    """The soft steps of :func:`search_span`: ``c <- W^T tanh(beta sqrt(N) W c)``, normalised,
+    for ``beta`` rising geometrically from 0.3 to 10; returns the float64 (k, S) coordinates.
+
+    The steps run in float32. They only choose where the sign iterations start (those run in
+    float64 and decide the fixed points), so single precision loses nothing the search reads,
+    and ``tanh`` of an (N, S) field -- the cost of the whole search -- is 4-5x cheaper in
+    float32 where numpy has no vectorised float64 ``tanh`` (CPUs without AVX-512).
+    """
+    N = W.shape[0]
+    W32 = W.astype(np.float32)
+    C32 = C.astype(np.float32)
+    for beta in np.geomspace(0.3, 10.0, steps):
+        F = W32 @ C32  # the field, scaled and squashed in place (no (N, S) temporaries)
+        F *= np.float32(beta * np.sqrt(N))
+        C32 = W32.T @ np.tanh(F, out=F)
+        C32 /= np.maximum(np.linalg.norm(C32, axis=0), np.float32(1e-30))
+    return C32.astype(np.float64)
 
 
 def _sign_fixed_points(X: np.ndarray, W: np.ndarray, iters: int) -> np.ndarray:
