@@ -166,7 +166,7 @@ def round_cost(
             "(sP)^2N + sPNK",
             "(sP)^2N + sPN^2",
         ),
-        StageCost("broadcast operator", "server", 2 * k * n**2, 2 * k * n**2, "K N^2", "K N^2"),
+        StageCost("broadcast operator", "client", 2 * k * n**2, 2 * k * n**2, "K N^2", "K N^2"),
         StageCost("client blend", "client", 3 * n**2, 3 * n**2, "N^2", "N^2"),
     )
     return stages

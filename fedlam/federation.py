@@ -32,6 +32,7 @@ with weight 0; K̂ = 0 broadcasts the zero operator, which every controller hand
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -366,17 +367,24 @@ class RoundResult:
     result : fedlam.lam.FactorizeResult
     patterns : numpy.ndarray
         int8 (K', N) patterns it broadcasts.
-    broadcast : numpy.ndarray
-        ``patterns^T patterns / N`` (zero for K' = 0).
     weights : numpy.ndarray or None
         Aggregation weights used (None: equal).
+    broadcast : numpy.ndarray
+        ``patterns^T patterns / N`` (zero for K' = 0), built the first time it is read. What
+        crosses the wire is ``patterns`` (K' x N signs, :mod:`fedlam.flower.wire`); each client
+        builds the N x N operator it blends, so the server's round does not
+        ({ref}`sec-cost`).
     """
 
     aggregate: np.ndarray
     result: Any
     patterns: np.ndarray
-    broadcast: np.ndarray
     weights: np.ndarray | None
+
+    @functools.cached_property
+    def broadcast(self) -> np.ndarray:
+        """The broadcast operator ``patterns^T patterns / N`` (built on first access, then kept)."""
+        return operators.pattern_operator(self.patterns)
 
     @property
     def warm_start(self) -> np.ndarray | None:
@@ -693,7 +701,7 @@ class Server:
             J, extra = self.client_privacy.server_release(J, len(uploads), rng)
         result = self._factorize(J, rng, seen, weights, max(16, 2 * broadcast_rank + 8), start, extra)
         patterns = np.asarray(result.patterns, dtype=np.int8)
-        return RoundResult(J, result, patterns, self.broadcast(patterns), weights)
+        return RoundResult(J, result, patterns, weights)
 
     def _factorize_robust(self, ra: robust.RobustAggregate, rng: np.random.Generator,
                           weights: np.ndarray | None, start: np.ndarray | None = None,
@@ -715,7 +723,7 @@ class Server:
         # the defence computed ra.spectrum from ra.operator: no second check
         result = lam._factorize(ra.operator, rng=rng, spectrum=ra.spectrum, spectrum_checked=True, **params)
         patterns = np.asarray(result.patterns, dtype=np.int8)
-        return RoundResult(ra.operator, result, patterns, self.broadcast(patterns), weights)
+        return RoundResult(ra.operator, result, patterns, weights)
 
     def accumulate(self, total: np.ndarray | None, upload: Upload, weight: float) -> np.ndarray:
         """Add ``weight * upload.operator`` to a running sum (checked on arrival).
@@ -1129,7 +1137,7 @@ def run_federation(
             if patterns.shape[1:] != (N,):
                 raise ValueError(f"reconstruct(result) must return (K', {N}) patterns, got shape {patterns.shape}")
             patterns = patterns.astype(np.int8)
-            rr = RoundResult(rr.aggregate, rr.result, patterns, server.broadcast(patterns), rr.weights)
+            rr = RoundResult(rr.aggregate, rr.result, patterns, rr.weights)
         k_broadcast = rr.patterns.shape[0]
         broadcast = rr.broadcast
         rec.server(t, rr, clients)

@@ -146,7 +146,9 @@ def test_server_round_over_uploads():
         rr = server.round(ups, np.random.default_rng(0))
         assert rr.result.k_result.method == "free" and rr.result.k_hat == 3 and rr.patterns.shape == (3, N)
         assert np.all(np.sort(np.abs(rr.patterns.astype(float) @ xi.T / N).max(axis=1)) > 0.95)
+        assert "broadcast" not in vars(rr)  # the round ends with the patterns (what is sent)
         np.testing.assert_allclose(rr.broadcast, rr.patterns.T.astype(float) @ rr.patterns / N)
+        assert rr.broadcast is rr.broadcast  # built once, on first read
     rr = F.Server(lam_params={"k_method": "mp"}).round(ups, np.random.default_rng(0))
     assert rr.result.k_result.method == "mp"
     with pytest.raises(ValueError, match="need k_method='free'"):
