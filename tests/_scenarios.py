@@ -54,6 +54,7 @@ This module holds the design, the rows' federations and the invariants; the test
 from __future__ import annotations
 
 import functools
+import os
 from itertools import combinations
 
 import numpy as np
@@ -231,7 +232,8 @@ FLOWER_ROWS = (0, 1, 8)
 #: 2026-11-27: 8.3-9.6 s a round over 8 rounds of row 0), because each SuperNode sleeps 3 s after
 #: an empty pull and starts a new ``flwr-clientapp`` process for every message; 40 rounds x 3 rows
 #: would add about 18 minutes to CI, so the deployment runs the rows' first rounds
-T_FLOWER = 4
+#: (``FEDLAM_FLOWER_ROUNDS=40`` runs the whole rows: ``pytest tests/test_scenarios_flower.py``)
+T_FLOWER = int(os.environ.get("FEDLAM_FLOWER_ROUNDS", "4"))
 
 
 def flower_plan(row: dict, seed: int, T: int) -> tuple[dict, list[dict]]:
