@@ -390,3 +390,24 @@ def test_retention_needs_the_noise_to_explain_the_flips():
     xi, A, J = _blend_case(0.93, 0)
     res = lam.factorize(J, rng=0, max_k=3, memory=A)
     assert magnetization(res.patterns, xi)[2] == 1.0
+
+
+@pytest.mark.parametrize(("N", "K", "S"), [(600, 50, 400), (300, 45, 360), (784, 8, 64)])
+def test_anneal_in_float32_ends_where_float64_does(N, K, S):
+    """The search's soft steps run in float32 (``lam._anneal``); on exact spans of many random
+    archetypes (the hard case of chapter 3) every start still ends at the fixed point it reaches
+    when the steps run in float64."""
+    rng = np.random.default_rng(1)
+    xi = random_archetypes(K, N, rng)
+    V = np.linalg.qr(xi.T.astype(np.float64))[0]
+    C = rng.standard_normal((K, S))
+    C /= np.linalg.norm(C, axis=0)
+    C64 = C.copy()
+    for beta in np.geomspace(0.3, 10.0, 40):
+        C64 = V.T @ np.tanh(beta * np.sqrt(N) * (V @ C64))
+        C64 /= np.linalg.norm(C64, axis=0)
+    C32 = lam._anneal(V, C, 40)
+    assert C32.dtype == np.float64 and C32.shape == (K, S)
+    assert np.abs(C32 - C64).max() < 1e-3  # single precision, not another trajectory
+    ends = [lam._sign_fixed_points(np.where((V @ c).T >= 0, 1.0, -1.0), V, 50) for c in (C32, C64)]
+    assert np.array_equal(ends[0], ends[1])
