@@ -837,9 +837,6 @@ def select_k(centroids: np.ndarray, rng: np.random.Generator | int, k_max: int =
     -------
     KSelection
     """
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
-
     if not isinstance(centroids, np.ndarray) or centroids.ndim != 2 or not np.issubdtype(centroids.dtype, np.number) \
             or centroids.dtype == bool:
         raise TypeError(f"centroids must be a 2-D numeric numpy array, got {_describe(centroids)}")
@@ -856,6 +853,10 @@ def select_k(centroids: np.ndarray, rng: np.random.Generator | int, k_max: int =
             f"centroids must hold at least {k_min + 1} distinct rows to score k = {k_min}..{k_max} "
             f"by silhouette, got {n_distinct} distinct of shape {centroids.shape}")
     gen = as_rng(rng)
+    # scikit-learn is imported once the arguments are known good (its import takes seconds)
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
     ks = np.arange(k_min, hi + 1)
     scores = np.full(ks.size, np.nan)
     for i, k in enumerate(ks):

@@ -97,6 +97,9 @@ def test_round_skipped_below_minimum_and_broadcast_kept():
     h, _, logs = _serve(rc, nodes, {1: {"fail_on_round": 1}})
     r0, r1, r2 = h["rounds"]
     assert r1["skipped"] and r1["k_hat"] is None and r1["patterns"] == r0["patterns"]
+    # the round used no weight (as run_federation records it); the two reports are kept apart
+    assert all(w is None or w != w for w in r1["weights"])
+    assert sum(w is not None and w == w for w in r1["discarded_weights"]) == len(r1["answered"]) == 2
     assert not r2["skipped"]
     assert any("simulated failure" in m for m in logs) and any("skipped" in m for m in logs)
 

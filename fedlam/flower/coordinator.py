@@ -252,6 +252,10 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
                         "top_eigenvalues": vals[: rc.n_top].tolist()})
         else:
             log(f"round {t}: {len(order)} upload(s), min-clients = {rc.min_clients}: round skipped")
+            # the weights of a history are those the server used (run_federation's record): a
+            # skipped round used none; what the answering clients reported is kept apart
+            rec.update({"weights": [math.nan] * L, "weights_raw": [math.nan] * L, "r_used": [math.nan] * L,
+                        "discarded_weights": weights})
             rec.update({"skipped": True, "k_hat": None,
                         "n_patterns": None if patterns is None else int(patterns.shape[0])})
         pats = patterns if patterns is not None else np.zeros((0, N), dtype=np.int8)

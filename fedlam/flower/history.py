@@ -7,7 +7,9 @@ configuration), ``L``, ``N``, ``K``, ``nodes`` (client index -> Flower node id),
 ``t``, ``available``, ``asked``, ``answered``, ``lost`` (client indices), ``skipped`` (too few
 answers), ``k_hat``, ``n_patterns``, ``patterns`` (the broadcast, K̂ x N of +-1),
 ``magnetization`` (K, when the archetypes are known) and ``spurious``, ``weights``,
-``weights_raw``, ``r_used`` (L, null where a client did not report), ``top_eigenvalues``,
+``weights_raw``, ``r_used`` (L, null where a client did not report and in a skipped round, whose
+reports are in ``discarded_weights``: as in :class:`fedlam.federation.History`, the weights the
+server used), ``top_eigenvalues``,
 ``bytes_sent`` / ``bytes_received`` (array payload of the round's messages) and ``seconds``
 (wall time of the round at the server). The launcher adds ``flower`` (run id, Flower's own
 count of network bytes, compute time), ``wall_seconds``, ``run_config`` and ``node_configs``
