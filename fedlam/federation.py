@@ -369,11 +369,8 @@ class RoundResult:
         int8 (K', N) patterns it broadcasts.
     weights : numpy.ndarray or None
         Aggregation weights used (None: equal).
-    broadcast : numpy.ndarray
-        ``patterns^T patterns / N`` (zero for K' = 0), built the first time it is read. What
-        crosses the wire is ``patterns`` (K' x N signs, :mod:`fedlam.flower.wire`); each client
-        builds the N x N operator it blends, so the server's round does not
-        ({ref}`sec-cost`).
+
+    The broadcast operator is the property :attr:`broadcast`, built when first read.
     """
 
     aggregate: np.ndarray
@@ -383,7 +380,10 @@ class RoundResult:
 
     @functools.cached_property
     def broadcast(self) -> np.ndarray:
-        """The broadcast operator ``patterns^T patterns / N`` (built on first access, then kept)."""
+        """The broadcast operator ``patterns^T patterns / N`` (zero for K' = 0), built the first
+        time it is read and then kept. What crosses the wire is ``patterns`` (K' x N signs,
+        :mod:`fedlam.flower.wire`); each client builds the N x N operator it blends, so the
+        server's round does not ({ref}`sec-cost`)."""
         return operators.pattern_operator(self.patterns)
 
     @property
