@@ -94,6 +94,11 @@ def check_operator_shape(J: Any, name: str = "J") -> None:
         raise ValueError(f"{name} must have N >= 2, got shape {J.shape}")
 
 
+def _abs_max(J: np.ndarray, rows: int = 256) -> float:
+    """``max |J|`` read in blocks of rows (no N x N temporary)."""
+    return max((float(np.abs(J[i : i + rows]).max()) for i in range(0, J.shape[0], rows)), default=0.0)
+
+
 def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float = 1e-10) -> np.ndarray:
     """Check a square, finite, float operator (symmetric by default). Returns ``J``.
 
@@ -137,8 +142,7 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
                 # bound in general, so asym within the tolerance of it passes; else one more pass
                 scale = float(np.abs(np.diagonal(J)).max())
                 if asym > atol * scale:
-                    for start in range(0, n, tile):
-                        scale = max(scale, float(np.abs(J[start : start + tile]).max()))
+                    scale = _abs_max(J)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             finite = bool(np.isfinite(J.sum()))  # one pass; a NaN/inf (or overflow) makes it non-finite
@@ -150,9 +154,7 @@ def check_operator(J: Any, name: str = "J", symmetric: bool = True, atol: float 
         if n_bad:  # always after the tiles; the sum of the other path may overflow on finite entries
             raise ValueError(f"{name} must be finite, found {n_bad} NaN/inf entries")
         if symmetric:  # finite entries whose difference overflows: as asymmetric as it gets
-            asym = math.inf
-            for start in range(0, n, 256):
-                scale = max(scale, float(np.abs(J[start : start + 256]).max()))
+            asym, scale = math.inf, _abs_max(J)
     if symmetric and asym > atol * scale:
         raise ValueError(f"{name} must be symmetric, max |J - J.T| = {asym:.3g} "
                          f"(relative {asym / scale:.3g} of max |J| = {scale:.3g}, tolerance {atol:g})")

@@ -241,8 +241,8 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         r_used = [math.nan] * L
         for i, (_, s) in uploads.items():
             weights[i], w_raw[i], r_used[i] = s["weight"], _nan(s["w-raw"]), _nan(s["r-used"])
-        rec.update({"weights": weights, "weights_raw": w_raw, "r_used": r_used})
         if len(order) >= rc.min_clients:
+            rec.update({"weights": weights, "weights_raw": w_raw, "r_used": r_used})
             ops = [uploads[i][0] for i in order]
             scal = [uploads[i][1] for i in order]
             patterns, result, J = _server_step(server, ops, scal, rng_server, k_broadcast, patterns)
@@ -254,8 +254,8 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
             log(f"round {t}: {len(order)} upload(s), min-clients = {rc.min_clients}: round skipped")
             # the weights of a history are those the server used (run_federation's record): a
             # skipped round used none; what the answering clients reported is kept apart
-            rec.update({"weights": [math.nan] * L, "weights_raw": [math.nan] * L, "r_used": [math.nan] * L,
-                        "discarded_weights": weights})
+            unused = [math.nan] * L
+            rec.update({"weights": unused, "weights_raw": unused, "r_used": unused, "discarded_weights": weights})
             rec.update({"skipped": True, "k_hat": None,
                         "n_patterns": None if patterns is None else int(patterns.shape[0])})
         pats = patterns if patterns is not None else np.zeros((0, N), dtype=np.int8)
