@@ -655,8 +655,18 @@ def majority_spike_count(operator: np.ndarray, uploads: Sequence[Any], n_sigma: 
     same code as ``defense="support"``) with the quorum ``s =`` :func:`majority_quorum` ``(n)``
     for ``n`` uploads, run in the span of the median operator's leading eigenvectors: a
     direction counts when the fresh parts of at least ``s`` uploads certify it (each against its
-    own noise-aware edge, :func:`upload_threshold`), or when it is stored in the broadcast (it
-    passed when it entered: a stored archetype is retained without fresh votes).
+    own noise-aware edge, :func:`upload_threshold`), or when it is stored (it passed when it
+    entered: a stored archetype is retained without fresh votes).
+
+    *Stored* here means a squared cosine above 1/2 with the stored patterns' span
+    (:func:`memory_span`), not the support defence's Rayleigh quotient above 1/2 in the broadcast.
+    Correlated stored patterns make the broadcast weak along part of their span: the paper's three
+    silhouettes have broadcast eigenvalues 0.46, 0.95 and 1.59. When the clients' data hold only
+    one of them (drift), no fresh part certifies that weakest direction, and the Rayleigh test
+    dropped it from the count, and a stored silhouette with it (count 2 for 3 stored). With
+    partial participation the same gap let a weakly certified direction, tilted onto the
+    difference between a stored silhouette and its fresh version (overlap 0.985), be counted as a
+    fourth (the scenario matrix's row 5, seed 1005, round 27).
 
     Why it is robust: ``f < n/2`` attackers are fewer than the quorum, so what they alone
     certify (a fake, the difference between a near-copy and its archetype) gets at most ``f <
@@ -717,7 +727,9 @@ def majority_spike_count(operator: np.ndarray, uploads: Sequence[Any], n_sigma: 
     d = min(N // 2, int(Qm.shape[1]) + math.ceil(int(np.sum(upload_counts)) / s) + 8)
     spec = _ensure_vectors(J, _eig_top(J, d, "server"), d)
     Q = np.ascontiguousarray(spec.vectors[:, :d])
-    res = _support_in_basis(Q, None, uploads, ops, broadcast, N, p)
+    # the memory is the whole stored span (not the broadcast's directions above 1/2, as for the
+    # support defence): see the docstring
+    res = _support_in_basis(Q, None, uploads, ops, broadcast, N, p, stored=Qm)
     # the LAM takes the operator's leading directions: count them in order while the larger part
     # of each lies in the supported subspace (the first that does not ends the count)
     frac = np.einsum("ij,ij->i", res.supported, res.supported)
@@ -874,14 +886,21 @@ def _weak_memory_basis(Q: np.ndarray, span: np.ndarray, Gm: np.ndarray) -> np.nd
     return G[:, vals > 0.5]
 
 
-def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None) -> np.ndarray:
+def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None, stored: np.ndarray | None = None) -> np.ndarray:
     """Orthonormal coordinates (in Q) of the directions of span Q stored in the broadcast.
 
     The broadcast ``xi^T xi / N`` has eigenvalue ~1 on the stored patterns' span and 0 off it;
-    directions of ``Q`` with Rayleigh quotient above 1/2 in it are memory."""
+    directions of ``Q`` with Rayleigh quotient above 1/2 in it are memory. With ``stored`` (an
+    orthonormal basis of the stored span, :func:`memory_span`): the directions of ``Q`` whose
+    squared cosine with that span exceeds 1/2 (principal vectors), however weak the broadcast
+    is along them (see :func:`majority_spike_count`)."""
     d = Q.shape[1]
     if broadcast is None or d == 0:
         return np.zeros((d, 0))
+    if stored is not None:
+        C = stored.T @ Q
+        vals, G = np.linalg.eigh(C.T @ C)
+        return G[:, vals > 0.5]
     H = Q.T @ (broadcast @ Q)
     vals, G = np.linalg.eigh(0.5 * (H + H.T))
     return G[:, vals > 0.5]
@@ -1050,11 +1069,12 @@ def _sth_fraction(frac: np.ndarray, X: np.ndarray, Gm: np.ndarray, s: int,
 
 def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Sequence[Any],
                       ops: Sequence[np.ndarray], broadcast: np.ndarray | None, N: int,
-                      p: dict, span: np.ndarray | None = None) -> SupportResult:
+                      p: dict, span: np.ndarray | None = None,
+                      stored: np.ndarray | None = None) -> SupportResult:
     d = Q.shape[1]
     s, rho = p["s"], p["rho"]
     P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"])
-    Gm = _memory_basis(Q, broadcast)
+    Gm = _memory_basis(Q, broadcast, stored)
     # the fresh acceptance (span given, s >= 2): the rest of the stored span counts s - 1 votes
     Gw = _weak_memory_basis(Q, span, Gm) if (span is not None and broadcast is not None and s >= 2) else None
     X = _candidate_directions(P if Gw is None or not Gw.shape[1] else [*P, Gw], Gm, s, rho, d)

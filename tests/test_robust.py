@@ -311,6 +311,25 @@ def test_majority_count_stops_at_an_unsupported_leading_direction():
     assert res4.params["s"] == 3 and k4 == 3
 
 
+def test_majority_count_retains_the_weakest_stored_silhouette():
+    """Retention under the median: the three stored silhouettes span a direction along which the
+    broadcast is weak (eigenvalue 0.46 < 1/2), and when the clients' data hold only silhouette 0
+    no fresh part certifies it. It is still memory (its squared cosine with the stored span is
+    1): the count keeps all three stored patterns. With the broadcast's Rayleigh test as the
+    memory (as before 2026-11-27) the memory had two dimensions and the count 2, so one stored
+    silhouette was dropped from the cap of K-hat."""
+    xi = data.structured_archetypes()
+    N = xi.shape[1]
+    A = operators.pattern_operator(xi)
+    assert float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / N).min()) < 0.5
+    pi = np.zeros((5, 3))
+    pi[:, 0] = 1.0
+    for seed in range(2):
+        ups = honest_uploads(xi, 200, 0.85, 5, seed, pi=pi, weight=0.5, broadcast=A)
+        k, res = robust.majority_spike_count(robust.entrywise_median([u.operator for u in ups]), ups, broadcast=A)
+        assert res.memory_dims == 3 and k == 3, (seed, k, res.memory_dims)
+
+
 def test_majority_count_bad_input():
     xi = data.random_archetypes(2, 40, 1)
     ups = honest_uploads(xi, 50, 0.9, 3, 0)
