@@ -85,6 +85,10 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       own threshold whenever the privacy budget is near the mean's (measured: ``L = 6``
       clients at 3 x the mean's epsilon threshold, every upload certifies nothing and the
       memory stays empty, while the paper's acceptance keeps all four archetypes at m >= 0.95).
+      A certified memory under example-level DP is ``defense="support"`` with
+      ``defense_params={"groups": G}``: the uploads vote in ``G`` groups, each with the mean of
+      its members' fresh parts (:func:`fedlam.robust.voting_groups`), whose noise is ``sqrt(g)``
+      times lower than one upload's.
 
     :func:`run_federation` and the Flower coordinator pass ``privacy`` here. A :class:`Server`
     built directly with ``acceptance=None`` resolves it without ``privacy`` and reads the noise

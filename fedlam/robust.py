@@ -20,6 +20,10 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     directions are removed from the aggregate before the LAM runs; directions of the server's
     current memory are kept (they passed when they entered). Derived in
     {ref}`sec-robust-support`. :func:`support_filter` is the same test for individual patterns.
+    Under example-level privacy one upload's noise can hide what the mean shows: with
+    ``defense_params={"groups": G}`` the uploads vote in ``G`` fixed groups, each with the
+    mean of its members' fresh parts against that mean's edge (:func:`voting_groups`,
+    :func:`group_threshold`; {ref}`sec-robust-privacy`).
 ``"median"`` / ``"trimmed"``
     Entrywise median / trimmed mean of the uploads (Yin et al. 2018). The estimator is not
     linear, and its operator has outliers no upload has: ``E[median | x]`` of an entry is an odd
@@ -116,6 +120,8 @@ __all__ = [
     "fresh_aggregate",
     "memory_span",
     "stored_patterns",
+    "group_threshold",
+    "voting_groups",
 ]
 
 #: Defences selectable by name (``None`` is the paper's plain mean).
@@ -123,7 +129,7 @@ DEFENSES: tuple[str, ...] = ("support", "median", "trimmed", "krum")
 
 #: Default parameters of each defence (``defense_params`` override them).
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
-    "support": {"s": 2, "n_sigma": 4.0, "rho": 0.9},
+    "support": {"s": 2, "n_sigma": 4.0, "rho": 0.9, "groups": None},
     "median": {},
     "trimmed": {"trim": 0.2},
     "krum": {"f": 1, "m": None},
@@ -150,7 +156,10 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
           direction), ``n_sigma`` (float >= 0: Tracy-Widom margin of the per-upload test),
           ``rho`` (float in (0, 1]: a client votes for a direction when at least this fraction
           of it lies in the client's certified subspace; the squared cosine below which a
-          pattern counts as different from an archetype, 0.9 is an overlap of 0.95);
+          pattern counts as different from an archetype, 0.9 is an overlap of 0.95),
+          ``groups`` (None, or an int ``>= s``: the uploads vote in that many groups, upload
+          ``c`` of a round in group ``c mod groups``, each group certifying the mean of its
+          members' fresh parts; see :func:`group_threshold`);
         - ``"trimmed"``: ``trim`` (float in [0, 0.5): fraction cut from each end, as
           :func:`scipy.stats.trim_mean`: ``floor(trim L)`` uploads per side);
         - ``"krum"``: ``f`` (int >= 0: attackers tolerated, needs ``L >= 2 f + 3``), ``m``
@@ -197,6 +206,15 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
         out["s"] = s
         out["n_sigma"] = check_in_range(out["n_sigma"], "defense_params['n_sigma']", 0.0, None)
         out["rho"] = check_in_range(out["rho"], "defense_params['rho']", 0.0, 1.0, low_open=True)
+        g = out["groups"]
+        if g is not None:
+            if isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral):
+                raise TypeError(f"defense_params['groups'] must be None or an int, got {_describe(g)}")
+            g = int(g)
+            if g < s:
+                raise ValueError(f"defense_params['groups'] must be >= s = {s} (groups that must "
+                                 f"support a pattern), got {g}")
+            out["groups"] = g
     elif defense == "trimmed":
         out["trim"] = check_in_range(out["trim"], "defense_params['trim']", 0.0, 0.5, high_open=True)
     elif defense == "krum":
@@ -321,9 +339,12 @@ class SupportResult:
     direction_votes : numpy.ndarray
         (n,) int, votes of each candidate direction (memory counts ``s``).
     n_certified : numpy.ndarray
-        (L,) int, directions each upload certifies (0 for abstaining uploads).
+        (L,) int, directions each upload certifies (0 for abstaining uploads). With
+        ``params["groups"]`` set, this and the next three fields are per voting group
+        (:func:`voting_groups`) instead of per upload.
     thresholds : numpy.ndarray
-        (L,) per-upload thresholds ``edge_c + n_sigma tw_c`` (J units; NaN when abstaining).
+        (L,) per-upload thresholds ``edge_c + n_sigma tw_c`` (J units; NaN when abstaining;
+        :func:`group_threshold` for a group).
     ritz : list of numpy.ndarray
         Per upload, its Ritz values in ``basis`` (descending; empty when abstaining).
     votes : numpy.ndarray or None
@@ -836,6 +857,57 @@ def upload_threshold(upload: Any, N: int, n_sigma: float = 4.0) -> float:
     return float(edge + n_sigma * tw)
 
 
+def group_threshold(uploads: Sequence[Any], N: int, n_sigma: float = 4.0) -> float:
+    """:func:`upload_threshold` of the mean of several uploads' fresh parts (a voting group).
+
+    The mean of the fresh parts ``F_c = w_c B_c + Z_c`` of the ``g`` members with fresh evidence
+    has the bulk of the free convolution of their Marchenko-Pastur components, each scaled by
+    ``1 / g`` (``w_c s2_c / (g N)``, ratio ``N / M_c``), with the semicircle of the averaged
+    privacy noise (eigenvalue variance ``N sum_c sigma_c^2 / g^2``): the edge of
+    :func:`fedlam.khat.free_edge` moved by the ``+-1`` entries' kurtosis shift, plus ``n_sigma``
+    Tracy-Widom scales. A spike of strength ``lambda`` held by every member stays at ``lambda``
+    in the mean while the noise's scale falls like ``1 / sqrt(g)``: under example-level privacy,
+    whose noise dominates one upload's bulk, a group of ``g`` certifies spikes about
+    ``sqrt(g)`` times weaker than one upload. NaN when no member has fresh evidence; for one
+    such member, :func:`upload_threshold` itself. Derived in {ref}`sec-robust-privacy`.
+    """
+    if isinstance(uploads, (str, bytes, np.ndarray)) or not isinstance(uploads, Sequence) or len(uploads) == 0:
+        raise TypeError(f"uploads must be a non-empty list of fedlam.protocol.Upload, got {_describe(uploads)}")
+    N = check_positive_int(N, "N", minimum=2)
+    n_sigma = check_real(n_sigma, "n_sigma")
+    fresh = [u for u in uploads if math.isfinite(upload_threshold(u, N, n_sigma))]
+    if len(fresh) <= 1:
+        return upload_threshold(fresh[0], N, n_sigma) if fresh else float("nan")
+    g = len(fresh)
+    comps, v = [], 0.0
+    for u in fresh:
+        s2 = getattr(u, "noise_var", None)
+        s2 = 1.0 if s2 is None else float(s2)
+        sig = float(getattr(u, "dp_sigma", 0.0) or 0.0)
+        v += N * sig * sig / (g * g)
+        if s2 > 0:
+            comps.append(khat.Component(_fresh_weight(u) * s2 / (g * N), N / int(u.batch_size),
+                                        khat.pm1_kurtosis(min(s2, 1.0))))
+    if comps:
+        edge, shift = khat.kurtosis_edge_shift(comps, N=N, noise_var=v)
+        edge += shift
+    else:
+        edge = khat.free_edge(comps, noise_var=v)
+    return float(edge + n_sigma * khat.free_tw_scale(comps, N, noise_var=v))
+
+
+def voting_groups(n_uploads: int, groups: int | None) -> list[list[int]]:
+    """The voters of the support test: each upload alone (``groups`` None), or the uploads in
+    ``min(groups, n_uploads)`` groups, upload ``c`` (in the round's order) in group
+    ``c mod groups``. The server fixes the partition before it reads the uploads, so ``k``
+    attackers sit in at most ``k`` groups and add at most ``k`` votes, as without groups."""
+    n = check_positive_int(n_uploads, "n_uploads")
+    if groups is None:
+        return [[c] for c in range(n)]
+    G = min(check_positive_int(groups, "groups"), n)
+    return [list(range(g, n, G)) for g in range(G)]
+
+
 def _orth(X: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
     """Orthonormal basis of the column span of X (columns dropped below ``rtol`` of the largest)."""
     if X.shape[1] == 0:
@@ -907,10 +979,14 @@ def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None, stored: np.ndarra
 
 
 def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, broadcast: np.ndarray | None,
-             N: int, n_sigma: float) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Per upload: certified Ritz directions of its fresh part in span Q (coordinates)."""
+             N: int, n_sigma: float,
+             groups: int | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Per voter (an upload, or a group of them with ``groups``: :func:`voting_groups`): the
+    certified Ritz directions of its fresh part in span Q (coordinates)."""
     d = Q.shape[1]
     AQ = broadcast @ Q if (broadcast is not None and d) else None
+    if groups is not None:
+        return _certify_groups(uploads, ops, Q, AQ, N, n_sigma, voting_groups(len(ops), groups))
     P, n_cert, thr, ritz = [], np.zeros(len(ops), dtype=np.int64), np.full(len(ops), np.nan), []
     for c, (u, U) in enumerate(zip(uploads, ops, strict=True)):
         t = upload_threshold(u, N, n_sigma)
@@ -928,6 +1004,37 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
         keep = vals > t
         P.append(G[:, keep])
         n_cert[c] = int(keep.sum())
+        ritz.append(vals[::-1].copy())
+    return P, n_cert, thr, ritz
+
+
+def _certify_groups(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, AQ: np.ndarray | None,
+                    N: int, n_sigma: float,
+                    parts: list[list[int]]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
+    """:func:`_certify` with one voter per group: the mean of its members' fresh parts, against
+    :func:`group_threshold` (members without fresh evidence left out of the mean)."""
+    d = Q.shape[1]
+    P, n_cert, thr, ritz = [], np.zeros(len(parts), dtype=np.int64), np.full(len(parts), np.nan), []
+    for j, members in enumerate(parts):
+        fresh = [c for c in members if math.isfinite(upload_threshold(uploads[c], N, n_sigma))]
+        t = group_threshold([uploads[c] for c in fresh], N, n_sigma) if fresh else float("nan")
+        thr[j] = t
+        if not fresh or d == 0:
+            P.append(np.zeros((d, 0)))
+            ritz.append(np.empty(0))
+            continue
+        Y = np.zeros((N, d))
+        for c in fresh:
+            Y += ops[c] @ Q
+            w = _fresh_weight(uploads[c])
+            if AQ is not None and w != 1.0:
+                Y -= (1.0 - w) * AQ
+        Y /= len(fresh)
+        H = Q.T @ Y
+        vals, G = np.linalg.eigh(0.5 * (H + H.T))
+        keep = vals > t
+        P.append(G[:, keep])
+        n_cert[j] = int(keep.sum())
         ritz.append(vals[::-1].copy())
     return P, n_cert, thr, ritz
 
@@ -1073,7 +1180,7 @@ def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Seq
                       stored: np.ndarray | None = None) -> SupportResult:
     d = Q.shape[1]
     s, rho = p["s"], p["rho"]
-    P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"])
+    P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"))
     Gm = _memory_basis(Q, broadcast, stored)
     # the fresh acceptance (span given, s >= 2): the rest of the stored span counts s - 1 votes
     Gw = _weak_memory_basis(Q, span, Gm) if (span is not None and broadcast is not None and s >= 2) else None

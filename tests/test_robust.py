@@ -630,7 +630,7 @@ def metrics_magnetization(patterns, xi):
 
 # ----------------------------------------------------------------------------------------
 # issue 18 item 3: a near-copy of an archetype must not cost it under the support defence
-def _near_copy_round(seed, n_flip, N=400, M=400, r=0.9, K=3):
+def _near_copy_round(seed, n_flip, N=400, M=400, r=0.9, K=3, groups=None):
     xi = data.random_archetypes(K, N, seed)
     ups = honest_uploads(xi, M, r, 4, seed)
     x = xi[0].copy()
@@ -638,18 +638,20 @@ def _near_copy_round(seed, n_flip, N=400, M=400, r=0.9, K=3):
     ups.append(poison_upload(x, M, r))
     from fedlam import federation
 
-    rr = federation.Server(defense="support").round(ups, np.random.default_rng(seed))
+    rr = federation.Server(defense="support", defense_params={"groups": groups}).round(ups, np.random.default_rng(seed))
     return xi, x, rr.patterns
 
 
+@pytest.mark.parametrize("groups", [None, 2])
 @pytest.mark.parametrize("n_flip", [60, 20, 10, 6, 2, 0])   # m = 0.7, 0.9, 0.95, 0.97, 0.99, 1.0
-def test_support_near_copy_never_costs_an_archetype(n_flip):
+def test_support_near_copy_never_costs_an_archetype(n_flip, groups):
     """N = M = 400, r = 0.9, K = 3: four honest uploads and a rank-one copy of archetype 0 with
     n_flip bits flipped. Before the fix (directions ranked by votes) the copy's vote put the mean
-    of its direction and an honest one first, and the server kept 1, 0, 1 of 3 archetypes at m = 0.95."""
+    of its direction and an honest one first, and the server kept 1, 0, 1 of 3 archetypes at m = 0.95.
+    Voting in two groups (the copy averaged with two honest uploads in group 0) changes nothing."""
     N = 400
     for seed in range(3):
-        xi, x, pats = _near_copy_round(seed, n_flip)
+        xi, x, pats = _near_copy_round(seed, n_flip, groups=groups)
         ov = np.abs(pats.astype(float) @ xi.T.astype(float)) / N
         assert pats.shape[0] == 3, (seed, pats.shape)
         assert np.all(ov.max(axis=0) >= 0.99), (seed, ov.max(axis=0))
@@ -671,3 +673,126 @@ def test_stored_patterns_recovers_the_broadcast_patterns():
     assert got.shape == (4, 300) and np.array_equal(np.sort(ov.argmax(axis=1)), np.arange(4))
     assert np.all(ov.max(axis=1) == 1.0)
     assert robust.stored_patterns(np.zeros((300, 0))).shape == (0, 300)
+
+
+# ----------------------------------------------------------------------------------------
+# voting groups: certification under example-level privacy
+def _private_uploads(xi, M, r, L, seed, mech):
+    rng = np.random.default_rng(seed)
+    out = []
+    for c in range(L):
+        X, _ = data.sample_examples(xi, M, r, np.ones(xi.shape[0]) / xi.shape[0], rng=seed * 100 + c)
+        Z, sig = mech.apply(operators.hebbian(X), M, rng)
+        out.append(Upload(Z, M, 1.0, 1 - r * r, dp_sigma=sig))
+    return out
+
+
+def test_voting_groups_partition_the_round():
+    assert robust.voting_groups(7, 3) == [[0, 3, 6], [1, 4], [2, 5]]
+    assert robust.voting_groups(2, 3) == [[0], [1]]                 # fewer uploads than groups
+    assert robust.voting_groups(3, None) == [[0], [1], [2]]         # each upload alone
+    with pytest.raises(ValueError, match="n_uploads"):
+        robust.voting_groups(0, 2)
+    with pytest.raises(TypeError, match="groups"):
+        robust.voting_groups(4, 1.5)
+
+
+def test_group_threshold_is_the_edge_of_a_mean_of_noise_uploads():
+    """The threshold of a group of g uploads is the edge of the mean of their fresh parts: g
+    uploads of uniform +-1 examples (no archetype) plus Gaussian privacy noise, 30 draws; the
+    mean's largest eigenvalue sits at the edge minus about 1.2 Tracy-Widom scales (the mean of
+    TW1 is -1.21), and no draw reaches the 4-scale threshold. One upload's threshold is higher."""
+    N, M, g = 160, 200, 3
+    rng = np.random.default_rng(0)
+    for sig in (0.0, 3.0 / N):
+        tops = []
+        for _ in range(30):
+            ups = []
+            for _ in range(g):
+                B = operators.hebbian(np.where(rng.random((M, N)) < 0.5, 1, -1).astype(np.int8))
+                if sig:
+                    Z = np.triu(rng.standard_normal((N, N)) * sig, 1)
+                    B = B + Z + Z.T
+                ups.append(Upload(B, M, 1.0, 1.0, dp_sigma=sig))
+            tops.append(np.linalg.eigvalsh(sum(u.operator for u in ups) / g)[-1])
+        edge, thr = robust.group_threshold(ups, N, 0.0), robust.group_threshold(ups, N, 4.0)
+        tw = (thr - edge) / 4.0
+        z = (np.mean(tops) - edge) / tw
+        assert -3.0 < z < 1.0, (sig, z)
+        assert max(tops) < thr
+        assert thr < robust.upload_threshold(ups[0], N, 4.0)
+
+
+def test_group_threshold_members():
+    """A group of one is the upload's own threshold; members without fresh evidence are left out."""
+    xi = data.random_archetypes(2, 60, 1)
+    ups = honest_uploads(xi, 80, 0.8, 3, 0)
+    assert robust.group_threshold(ups[:1], 60) == robust.upload_threshold(ups[0], 60)
+    idle = Upload(ups[1].operator, 80, 0.0, 0.36)                    # w = 0: no fresh evidence
+    assert robust.group_threshold([ups[0], idle], 60) == robust.upload_threshold(ups[0], 60)
+    assert math.isnan(robust.group_threshold([idle], 60))
+    assert robust.group_threshold(ups, 60) < robust.upload_threshold(ups[0], 60)
+
+
+def test_groups_bad_params():
+    with pytest.raises(ValueError, match=r"defense_params\['groups'\] must be >= s = 2"):
+        robust.check_defense("support", {"groups": 1})
+    for bad in (True, 2.0, "2"):
+        with pytest.raises(TypeError, match=r"defense_params\['groups'\]"):
+            robust.check_defense("support", {"groups": bad})
+    assert robust.check_defense("support", {"groups": 3, "s": 3})[1]["groups"] == 3
+    assert robust.check_defense("support")[1]["groups"] is None
+
+
+def test_groups_certify_under_privacy_what_single_uploads_cannot():
+    """Example-level DP at 4 x the mean's epsilon threshold (N = 160, K = 3, six clients with M =
+    200 at r = 0.85): one upload's noise hides the archetypes from its own test, so the support
+    defence keeps at most one direction and recovers none; voting in two groups of three, each
+    group's mean has sqrt(3) less noise and certifies them, and the defence keeps all three. A
+    poisoner (a seventh upload, in group 0) still has one vote: its fake is not stored."""
+    from fedlam import metrics, privacy
+    from fedlam.federation import Server
+
+    K, N, M, r, L, delta = 3, 160, 200, 0.85, 6, 1e-5
+    xi = data.random_archetypes(K, N, 7)
+    pi_min = float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / (K * N)).min())
+    mech = privacy.GaussianMechanism(epsilon=4 * privacy.epsilon_threshold(r, pi_min, N, M, delta, L=L),
+                                     delta=delta)
+    fake = fake_of(5, N)
+    for seed in range(3):
+        ups = _private_uploads(xi, M, r, L, seed, mech)
+        alone = Server(defense="support").round(ups, np.random.default_rng(0))
+        assert alone.result.k_hat <= 1 and not np.any(metrics.magnetization(alone.patterns, xi) >= 0.95)
+        for extra in ([], [poison_upload(fake, M, r)]):
+            res = Server(defense="support", defense_params={"groups": 2}).round(ups + extra, np.random.default_rng(0))
+            assert res.result.k_hat == K, (seed, len(extra), res.result.k_hat)
+            assert np.all(metrics.magnetization(res.patterns, xi) >= 0.95)
+            assert metrics.spurious_count(res.patterns, xi) == 0
+            assert not any(abs(int(p.astype(int) @ fake.astype(int))) >= 0.9 * N for p in res.patterns)
+
+
+def test_private_defended_federation_votes_in_groups():
+    """One federation combining example-level DP (4 x the mean's epsilon threshold), the novelty
+    weight rule, partial participation (half asked, 20 % dropouts), a poisoner and the support
+    defence, 20 rounds: voting alone, no upload certifies anything and the memory ends empty;
+    voting in two groups, all three archetypes are stored by the end, nothing spurious is ever
+    stored and the poisoner's fake never is."""
+    from fedlam import attacks, federation, privacy
+    from fedlam.participation import Participation
+
+    K, N, M, r, L, delta, T = 3, 160, 200, 0.85, 6, 1e-5, 20
+    xi = data.random_archetypes(K, N, 7)
+    pi_min = float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / (K * N)).min())
+    eps = 4 * privacy.epsilon_threshold(r, pi_min, N, M, delta, L=L)
+    sched = data.static_mixture(T, L, K)
+    poison = attacks.Poison(seed=3)
+    specs = [federation.ClientSpec(r=r, M=M, mixture=sched[:, c]) for c in range(L)]
+    specs.append(federation.ClientSpec(r=r, M=M, mixture=sched[:, 0], behaviour=poison))
+    kw = dict(controller="novelty", privacy=privacy.GaussianMechanism(epsilon=eps, delta=delta),
+              participation=Participation(fraction=0.5, min_clients=2, dropout=0.2), defense="support")
+    alone = federation.run_federation(xi, specs, T, 11, **kw)
+    grouped = federation.run_federation(xi, specs, T, 11, defense_params={"groups": 2}, **kw)
+    assert not np.any(alone.magnetization[-1] >= 0.95)
+    assert np.all(grouped.magnetization[-1] >= 0.95) and grouped.k_hat[-1] == K
+    assert int(grouped.spurious.max()) == 0 and int(grouped.k_hat.max()) <= K
+    assert not any(attacks.fake_in_memory(p, poison.fake(N), xi) for p in grouped.patterns)

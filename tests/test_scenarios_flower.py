@@ -43,3 +43,56 @@ def test_row_on_flower(i, tmp_path):
     left = [p.pid for p in psutil.Process().children(recursive=True)
             if any(n in " ".join(p.cmdline()) for n in ("flower-", "flwr-"))]
     assert not left, left
+
+
+def _private_groups_plan(T: int):
+    """Row 1's federation (random archetypes, drift, a noise client) with what a private, defended
+    deployment combines: example-level DP at 4 x the mean's epsilon threshold, the novelty weight
+    rule, half the clients asked with 20 % dropouts, and the support defence voting in two groups
+    (``defense_params={"groups": 2}``); the Flower plan and the in-process keywords."""
+    import json
+
+    from _scenarios import DELTA, K, L, M, N_RANDOM, R
+
+    from fedlam import privacy
+    from fedlam.participation import Participation
+
+    row = dict(ROWS[1], weight="novelty", privacy="none", participation="half-asked-20%-dropout")
+    xi, specs, _, kw = build_row(row, T=T)
+    pi_min = float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / (K * N_RANDOM)).min())
+    eps = 4 * privacy.epsilon_threshold(R, pi_min, N_RANDOM, M, DELTA, L=L)
+    rc, nodes = flower_plan(row, 101, T)
+    rc["server-options"] = json.dumps({"defense": "support", "defense_params": {"groups": 2}})
+    rc["client-options"] = json.dumps({"privacy": {"factory": "fedlam.privacy.GaussianMechanism",
+                                                   "epsilon": eps, "delta": DELTA}})
+    kw.update(defense="support", defense_params={"groups": 2},
+              privacy=privacy.GaussianMechanism(epsilon=eps, delta=DELTA))
+    assert kw["participation"] == Participation(fraction=0.5, min_clients=2, dropout=0.2)
+    return xi, specs, kw, rc, nodes
+
+
+def test_flower_plan_with_privacy_and_voting_groups():
+    """The plan of a private federation whose server votes in groups rebuilds, in process, the
+    run_federation history bit for bit (the groups reach the server through its options)."""
+    from fedlam.flower import history
+
+    xi, specs, kw, rc, nodes = _private_groups_plan(6)
+    ref = history.reference_history(rc, nodes)
+    direct = federation.run_federation(xi, specs, 6, 101, **kw)
+    assert np.array_equal(ref.k_hat, direct.k_hat)
+    assert all(np.array_equal(a, b) for a, b in zip(ref.patterns, direct.patterns, strict=True))
+    assert np.array_equal(ref.weights, direct.weights, equal_nan=True)
+
+
+@pytest.mark.slow
+def test_private_groups_on_flower(tmp_path):
+    """Its first rounds on Flower (127.0.0.1) give the in-process history."""
+    pytest.importorskip("flwr")
+    from fedlam.flower import history
+    from fedlam.flower.local import run
+
+    _, _, _, rc, nodes = _private_groups_plan(3)
+    hist = run(rc, nodes, tmp_path, timeout=900, figures=False, echo=lambda *_: None)
+    assert hist["flower"]["status"] == "finished:completed"
+    cmp = history.compare(hist, history.reference_history(rc, nodes))
+    assert cmp["identical"], cmp
