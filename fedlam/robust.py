@@ -875,9 +875,15 @@ def group_threshold(uploads: Sequence[Any], N: int, n_sigma: float = 4.0) -> flo
         raise TypeError(f"uploads must be a non-empty list of fedlam.protocol.Upload, got {_describe(uploads)}")
     N = check_positive_int(N, "N", minimum=2)
     n_sigma = check_real(n_sigma, "n_sigma")
-    fresh = [u for u in uploads if math.isfinite(upload_threshold(u, N, n_sigma))]
+    own = [upload_threshold(u, N, n_sigma) for u in uploads]
+    fresh = [u for u, t in zip(uploads, own, strict=True) if math.isfinite(t)]
     if len(fresh) <= 1:
-        return upload_threshold(fresh[0], N, n_sigma) if fresh else float("nan")
+        return next((t for t in own if math.isfinite(t)), float("nan"))
+    return _group_threshold(fresh, N, n_sigma)
+
+
+def _group_threshold(fresh: Sequence[Any], N: int, n_sigma: float) -> float:
+    """:func:`group_threshold` of two or more validated members, all with fresh evidence."""
     g = len(fresh)
     comps, v = [], 0.0
     for u in fresh:
@@ -982,57 +988,36 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
              N: int, n_sigma: float,
              groups: int | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
     """Per voter (an upload, or a group of them with ``groups``: :func:`voting_groups`): the
-    certified Ritz directions of its fresh part in span Q (coordinates)."""
+    certified Ritz directions of its fresh part in span Q (coordinates). A group's fresh part is
+    the mean of its members' (members without fresh evidence left out), tested against
+    :func:`group_threshold`; a voter of one upload is that upload's own test."""
     d = Q.shape[1]
     AQ = broadcast @ Q if (broadcast is not None and d) else None
-    if groups is not None:
-        return _certify_groups(uploads, ops, Q, AQ, N, n_sigma, voting_groups(len(ops), groups))
-    P, n_cert, thr, ritz = [], np.zeros(len(ops), dtype=np.int64), np.full(len(ops), np.nan), []
-    for c, (u, U) in enumerate(zip(uploads, ops, strict=True)):
-        t = upload_threshold(u, N, n_sigma)
-        thr[c] = t
-        if not math.isfinite(t) or d == 0:
-            P.append(np.zeros((d, 0)))
-            ritz.append(np.empty(0))
-            continue
-        w = _fresh_weight(u)
-        Y = U @ Q
-        if AQ is not None and w != 1.0:
-            Y -= (1.0 - w) * AQ
-        H = Q.T @ Y
-        vals, G = np.linalg.eigh(0.5 * (H + H.T))
-        keep = vals > t
-        P.append(G[:, keep])
-        n_cert[c] = int(keep.sum())
-        ritz.append(vals[::-1].copy())
-    return P, n_cert, thr, ritz
-
-
-def _certify_groups(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, AQ: np.ndarray | None,
-                    N: int, n_sigma: float,
-                    parts: list[list[int]]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
-    """:func:`_certify` with one voter per group: the mean of its members' fresh parts, against
-    :func:`group_threshold` (members without fresh evidence left out of the mean)."""
-    d = Q.shape[1]
+    own = [upload_threshold(u, N, n_sigma) for u in uploads]
+    parts = voting_groups(len(ops), groups)
     P, n_cert, thr, ritz = [], np.zeros(len(parts), dtype=np.int64), np.full(len(parts), np.nan), []
     for j, members in enumerate(parts):
-        fresh = [c for c in members if math.isfinite(upload_threshold(uploads[c], N, n_sigma))]
-        t = group_threshold([uploads[c] for c in fresh], N, n_sigma) if fresh else float("nan")
-        thr[j] = t
+        fresh = [c for c in members if math.isfinite(own[c])]
+        if len(fresh) > 1:
+            thr[j] = _group_threshold([uploads[c] for c in fresh], N, n_sigma)
+        elif fresh:
+            thr[j] = own[fresh[0]]
         if not fresh or d == 0:
             P.append(np.zeros((d, 0)))
             ritz.append(np.empty(0))
             continue
-        Y = np.zeros((N, d))
-        for c in fresh:
-            Y += ops[c] @ Q
+        Y = ops[fresh[0]] @ Q
+        for i, c in enumerate(fresh):
+            if i:
+                Y += ops[c] @ Q
             w = _fresh_weight(uploads[c])
             if AQ is not None and w != 1.0:
                 Y -= (1.0 - w) * AQ
-        Y /= len(fresh)
+        if len(fresh) > 1:
+            Y /= len(fresh)
         H = Q.T @ Y
         vals, G = np.linalg.eigh(0.5 * (H + H.T))
-        keep = vals > t
+        keep = vals > thr[j]
         P.append(G[:, keep])
         n_cert[j] = int(keep.sum())
         ritz.append(vals[::-1].copy())
