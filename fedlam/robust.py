@@ -951,7 +951,7 @@ def memory_span(broadcast: np.ndarray | None) -> np.ndarray | None:
 def _weak_memory_basis(Q: np.ndarray, span: np.ndarray, Gm: np.ndarray) -> np.ndarray:
     """Orthonormal coordinates (in Q) of the stored span's directions that the broadcast's
     Rayleigh test misses: principal vectors of span Q and ``span`` with squared cosine above 1/2,
-    minus the strong memory ``Gm`` (coordinates, orthonormal)."""
+    minus the strong memory ``Gm`` (coordinates, orthonormal; empty: all such principal vectors)."""
     d = Q.shape[1]
     if d == 0 or span.shape[1] == 0:
         return np.zeros((d, 0))
@@ -976,9 +976,7 @@ def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None, stored: np.ndarra
     if broadcast is None or d == 0:
         return np.zeros((d, 0))
     if stored is not None:
-        C = stored.T @ Q
-        vals, G = np.linalg.eigh(C.T @ C)
-        return G[:, vals > 0.5]
+        return _weak_memory_basis(Q, stored, np.zeros((d, 0)))  # the principal vectors, nothing excluded
     H = Q.T @ (broadcast @ Q)
     vals, G = np.linalg.eigh(0.5 * (H + H.T))
     return G[:, vals > 0.5]
