@@ -139,6 +139,7 @@ __all__ = [
     "AgreementMoments",
     "sign_agreement_moments",
     "ema",
+    "correction_weight",
     "LocalSpectrum",
     "local_spectrum",
     "BulkFit",
@@ -626,6 +627,37 @@ def ema(new: float, old: float, alpha: float) -> float:
     old = check_in_range(old, "old", 0.0, 1.0)
     alpha = check_in_range(alpha, "alpha", 0.0, 1.0)
     return alpha * new + (1.0 - alpha) * old
+
+
+def correction_weight(r: float, pi: float, m: float) -> float:
+    r"""The mean blend weight above which fresh evidence overturns a stored version of an archetype.
+
+    The server stores a version ``a`` of archetype ``b`` with overlap ``m = a.b / N``. Clients
+    whose class share of ``b`` is ``pi`` at quality ``r`` upload ``w B + (1 - w) A``; along the
+    two patterns the mean is, to leading order,
+    ``(1 - w) a a^T / N + w r^2 pi b b^T / N`` (bulk and privacy noise aside), so one sign
+    step from ``a`` gives ``((1 - w) - w r^2 pi m) a_i`` on every site where ``a`` and ``b``
+    disagree: ``a`` is a fixed point of the server's dynamics, and the error is kept, while
+    ``w < 1 / (1 + r^2 pi m)``. Returns that bound. Derived in {ref}`sec-privacy-weight`.
+
+    Parameters
+    ----------
+    r : float
+        Channel quality in [0, 1].
+    pi : float
+        The archetype's share of the clients' examples, in [0, 1].
+    m : float
+        Overlap of the stored version with the archetype, in [0, 1].
+
+    Returns
+    -------
+    float
+        In [1/2, 1]: 1 when the fresh data hold nothing of the archetype (``r pi m = 0``).
+    """
+    r = check_in_range(r, "r", 0.0, 1.0)
+    pi = check_in_range(pi, "pi", 0.0, 1.0)
+    m = check_in_range(m, "m", 0.0, 1.0)
+    return 1.0 / (1.0 + r * r * pi * m)
 
 
 # ----------------------------------------------------------------------------------------

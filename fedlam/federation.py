@@ -88,7 +88,13 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       A certified memory under example-level DP is ``defense="support"`` with
       ``defense_params={"groups": G}``: the uploads vote in ``G`` groups, each with the mean of
       its members' fresh parts (:func:`fedlam.robust.voting_groups`), whose noise is ``sqrt(g)``
-      times lower than one upload's.
+      times lower than one upload's. The paper's acceptance has a cost of its own there: it
+      stores an archetype in the first round the mean detects it, a few noisy bits included,
+      and the blend keeps that version while the clients' mean weight stays below
+      :func:`fedlam.controller.correction_weight` (measured under drift at 2 x the mean's
+      epsilon threshold: entries at m = 0.89-0.97 kept to the last round, where
+      ``acceptance="fresh"`` stores every archetype exactly a few rounds later;
+      {ref}`sec-privacy-weight`).
 
     :func:`run_federation` and the Flower coordinator pass ``privacy`` here. A :class:`Server`
     built directly with ``acceptance=None`` resolves it without ``privacy`` and reads the noise

@@ -473,3 +473,38 @@ def test_noised_client_is_rejected_as_noise():
     spec = C.local_spectrum(B=privacy.add_symmetric_noise(hebbian(X), sigma, rng), M=400, noise_sigma=sigma)
     a = C.novelty_assessment(pattern_operator(random_archetypes(3, 400, 1)), spectrum=spec)
     assert not a.detected and a.w == 0.0
+
+
+@pytest.mark.parametrize("factor, kept", [(0.9, True), (1.1, False)])
+def test_correction_weight_is_where_the_sign_step_leaves_a_stored_version(factor, kept):
+    # a stored version a of archetype b (15 of 300 bits flipped, m = 0.9) blended with the
+    # Hebbian operator of 20,000 sampled examples (b at share 0.6): below the bound one sign
+    # step from a returns a, above it the flipped sites take b's signs (bulk and sampling
+    # fluctuations included, which the leading-order bound leaves out)
+    n, r, pi = 300, 0.8, 0.6
+    rng = np.random.default_rng(5)
+    xi = random_archetypes(3, n, rng)
+    b = xi[0].astype(np.float64)
+    a = b.copy()
+    flip = rng.choice(n, 15, replace=False)
+    a[flip] *= -1
+    m = float(a @ b) / n
+    ex, _ = sample_examples(xi, 20_000, r, np.array([pi, 0.2, 0.2]), rng)
+    w = factor * C.correction_weight(r, pi, m)
+    J = w * hebbian(ex) + (1.0 - w) * pattern_operator(a[None].astype(np.int8))
+    step = np.sign(J @ a)
+    assert m == pytest.approx(0.9) and C.correction_weight(r, pi, m) == pytest.approx(1 / (1 + 0.64 * 0.6 * 0.9))
+    if kept:
+        assert np.array_equal(step, a)
+    else:
+        assert np.array_equal(step, b)
+
+
+def test_correction_weight_edges_and_bad_input():
+    assert C.correction_weight(0.8, 0.0, 0.9) == 1.0 and C.correction_weight(1.0, 1.0, 1.0) == 0.5
+    for kw, name in [({"r": 1.5}, "r"), ({"pi": -0.1}, "pi"), ({"m": 2.0}, "m")]:
+        args = {"r": 0.8, "pi": 0.5, "m": 0.9, **kw}
+        with pytest.raises(ValueError, match=name):
+            C.correction_weight(**args)
+    with pytest.raises(TypeError, match="r"):
+        C.correction_weight("0.8", 0.5, 0.9)
