@@ -269,3 +269,34 @@ def test_round_without_any_upload_fails_the_run_unless_skipping_is_allowed(tmp_p
     assert saved["rounds"][1]["errors"] == {str(c): "simulated failure" for c in range(L)}
     h, _, _ = _serve(dict(rc, **{"skip-empty-rounds": True}), nodes, fail)
     assert [r["skipped"] for r in h["rounds"]] == [False, True, False] and "failed" not in h
+
+
+@pytest.mark.parametrize("server_kw, passed", [({}, True), ({"defense": "support"}, True),
+                                               ({"acceptance": "paper"}, False)])
+def test_server_step_passes_the_broadcast_to_every_server_that_reads_uploads(server_kw, passed):
+    """The fresh acceptance (the default without a defence) certifies against each upload minus
+    the broadcast it blended, as a defence does: the step must hand it the last broadcast (it
+    once did so only for a defence, and the default server then took the echo of its own memory
+    for fresh evidence)."""
+    from unittest import mock
+
+    from fedlam import federation
+    from fedlam.data import random_archetypes
+    from fedlam.operators import hebbian
+
+    xi = random_archetypes(K, N, 7)
+    ops = [hebbian(np.repeat(xi, 20, axis=0)) for _ in range(L)]
+    scal = [{"batch-size": 60, "weight": 0.5, "noise-var": 0.36, "dp-sigma": 0.0} for _ in range(L)]
+    server = federation.Server(**server_kw)
+    seen = {}
+    real = server.round
+
+    def spy(uploads, rng, **kw):
+        seen.update(kw)
+        return real(uploads, rng, **kw)
+
+    with mock.patch.object(server, "round", spy):
+        coordinator._server_step(server, ops, scal, np.random.default_rng(0), K, xi.astype(np.int8))
+    assert ("broadcast" in seen) is passed
+    if passed:
+        np.testing.assert_array_equal(seen["broadcast"], federation.Server.broadcast(xi.astype(np.int8)))

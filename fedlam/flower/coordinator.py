@@ -118,14 +118,15 @@ class _Sites:
 def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
                  k_broadcast: int, patterns: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray]:
     """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
-    index): (patterns, factorize result, aggregate). ``patterns`` is the last broadcast (a
-    defence removes its operator from the uploads, as ``run_federation`` does)."""
+    index): (patterns, factorize result, aggregate). ``patterns`` is the last broadcast: a server
+    that reads every upload (a defence, or the fresh acceptance: ``Server.needs_uploads``)
+    removes its operator from the uploads, as ``run_federation`` does."""
     from fedlam.protocol import Upload
 
     uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
                for op, s in zip(ops, scal, strict=True)]
     kw = {}
-    if getattr(server, "defense", None) is not None and patterns is not None:
+    if server.needs_uploads and patterns is not None:
         kw["broadcast"] = server.broadcast(patterns)
     rr = server.round(uploads, rng, broadcast_rank=k_broadcast, **kw)
     return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate
