@@ -41,7 +41,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from . import attacks, data, khat, lam, metrics, operators, robust, spectral
+from . import attacks, data, khat, lam, metrics, operators, refresh, robust, spectral
 from . import controller as ctl
 from ._validation import (
     _describe,
@@ -65,7 +65,7 @@ CLIENT_KINDS = ("honest", "noise", "poison", "flip")
 #: how the server admits patterns into its memory: the paper's (whatever the aggregate's
 #: factorization accepts) or "fresh" (only directions that at least two uploads' fresh parts
 #: certify, or that are already stored; see :class:`Server`)
-ACCEPTANCES = ("paper", "fresh")
+ACCEPTANCES = ("paper", "fresh", "refresh")
 
 
 def default_acceptance(*, secure: bool = False, defense: str | None = None, client_privacy: Any = None,
@@ -74,7 +74,8 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
 
     ``"fresh"`` when the server sees every upload (no secure aggregation, no client-level DP),
     runs without a defence or with ``defense="support"`` and the clients do not noise their
-    uploads; ``"paper"`` otherwise:
+    uploads; ``"refresh"`` when the clients noise their uploads (example-level DP) and no
+    defence replaces the mean; ``"paper"`` otherwise:
 
     - under secure aggregation or client-level DP the server holds only the sum;
     - ``"median"``, ``"trimmed"`` and ``"krum"`` have their own rule (the median and the
@@ -92,9 +93,13 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       stores an archetype in the first round the mean detects it, a few noisy bits included,
       and the blend keeps that version while the clients' mean weight stays below
       :func:`fedlam.controller.correction_weight` (measured under drift at 2 x the mean's
-      epsilon threshold: entries at m = 0.89-0.97 kept to the last round, where
-      ``acceptance="fresh"`` stores every archetype exactly a few rounds later;
-      {ref}`sec-privacy-weight`).
+      epsilon threshold: entries at m = 0.89-0.97 kept to the last round). ``"refresh"`` is
+      the paper's acceptance followed by :func:`fedlam.refresh.refresh_patterns`: each stored
+      pattern is replaced by the sign of the fresh part of the mean along it once that sign is
+      certain (same run: every archetype exact two rounds after it enters, nothing spurious;
+      ``acceptance="fresh"`` stores them exactly a few rounds later). Where one round's fresh
+      mean is too noisy for a certain sign the stored version stays as the paper's would
+      ({ref}`sec-privacy-weight`).
 
     :func:`run_federation` and the Flower coordinator pass ``privacy`` here. A :class:`Server`
     built directly with ``acceptance=None`` resolves it without ``privacy`` and reads the noise
@@ -102,6 +107,8 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
     acceptance (:meth:`Server.round_acceptance`).
     Derived in {ref}`sec-robust-fresh`.
     """
+    if privacy is not None and client_privacy is None and defense is None:
+        return "refresh"
     sum_only = secure or client_privacy is not None or privacy is not None
     return "paper" if sum_only or defense not in (None, "support") else "fresh"
 
@@ -432,17 +439,22 @@ class Server:
         (``k_rule`` must be ``"scalars"``; a negated upload cannot be recognised).
     defense, defense_params
         A server defence of :mod:`fedlam.robust` and its parameters (None: the plain mean).
-    acceptance : {"fresh", "paper"} or None
+    acceptance : {"fresh", "paper", "refresh"} or None
         None (default): ``"fresh"`` wherever the server can certify, i.e. it sees every upload
         (no secure aggregation, no client-level DP) and runs without a defence or with
         ``defense="support"``; otherwise ``"paper"`` (under secure aggregation or client-level
         DP the server holds only the sum, and ``defense="median"``/``"trimmed"`` count only the
         directions a strict majority of uploads certifies, :func:`fedlam.robust.majority_spike_count`).
         The resolved value is :attr:`acceptance`; a round whose uploads declare example-level
-        privacy noise runs the paper's acceptance instead (:meth:`round_acceptance`). ``"paper"``:
+        privacy noise runs ``"refresh"`` instead where no defence replaces the mean, the paper's
+        acceptance otherwise (:meth:`round_acceptance`). ``"paper"``:
         the memory is whatever the
         factorization of the aggregate accepts (the paper's server; a noisy duplicate of a stored
-        pattern, a lone poisoner's fake can enter). ``"fresh"``
+        pattern, a lone poisoner's fake can enter). ``"refresh"``: the paper's acceptance, then
+        every pattern is replaced by the sign of the mean minus the broadcast's share along it
+        when that sign is certain (:func:`fedlam.refresh.refresh_patterns`; needs the
+        ``broadcast``, runs under secure aggregation, not with a defence or client-level DP;
+        {ref}`sec-privacy-weight`). ``"fresh"``
         (:func:`fedlam.robust.fresh_aggregate`): before the factorization,
         every detected direction of the aggregate is certified against the uploads' *fresh
         parts* (each upload minus the broadcast it blended: the client's new evidence, never the
@@ -520,6 +532,11 @@ class Server:
                 raise ValueError("acceptance='fresh' certifies patterns against each client's own upload, which "
                                  "client-level DP (noise on the mean only) does not protect; use "
                                  "acceptance='paper' with client_privacy")
+        if self.acceptance == "refresh" and (self.defense is not None or client_privacy is not None):
+            raise ValueError("acceptance='refresh' corrects the stored patterns from the plain mean of the uploads "
+                             "minus the broadcast they blended; it runs without a defence and without client-level "
+                             f"DP (which clips every upload), got defense={defense!r}, client_privacy="
+                             f"{_describe(client_privacy)} (use acceptance='paper' with them)")
 
     def round_acceptance(self, uploads: Sequence[Upload]) -> str:
         """The acceptance a round with these uploads runs: :attr:`acceptance`, except that a
@@ -537,6 +554,15 @@ class Server:
     def needs_uploads(self) -> bool:
         """Whether :meth:`round` needs every upload's operator and the last broadcast."""
         return self.defense is not None or self.acceptance == "fresh"
+
+    @property
+    def needs_broadcast(self) -> bool:
+        """Whether :meth:`round` reads the last broadcast: a server that reads every upload, and
+        one whose rounds may refresh the stored patterns from the fresh mean (``"refresh"``,
+        also what the default acceptance runs in a round whose uploads declare privacy noise)."""
+        return (self.needs_uploads or self.acceptance == "refresh"
+                or (self._default_acceptance and self.defense is None and self.client_privacy is None))
+
     def __repr__(self) -> str:
         agg = self.aggregation if isinstance(self.aggregation, str) else "fixed"
         acc = f", acceptance={self.acceptance!r}"
@@ -711,6 +737,11 @@ class Server:
             J, extra = self.client_privacy.server_release(J, len(uploads), rng)
         result = self._factorize(J, rng, seen, weights, max(16, 2 * broadcast_rank + 8), start, extra)
         patterns = np.asarray(result.patterns, dtype=np.int8)
+        if broadcast is not None and self.round_acceptance(uploads) == "refresh":
+            check_operator_shape(broadcast, "broadcast")
+            # an empty memory (the zero broadcast of control_round0) has no echo to see past
+            if broadcast.any():
+                patterns, _ = refresh.refresh_patterns(J, broadcast, patterns, refresh.echo_weight(uploads, weights))
         return RoundResult(J, result, patterns, weights)
 
     def _factorize_robust(self, ra: robust.RobustAggregate, rng: np.random.Generator,
@@ -1014,15 +1045,18 @@ def run_federation(
         every round.
     defense, defense_params
         Server defence (:class:`Server`, :mod:`fedlam.robust`).
-    acceptance : {"fresh", "paper"} or None
+    acceptance : {"fresh", "paper", "refresh"} or None
         How the server admits patterns into its memory (:class:`Server`; None, the default:
         ``"fresh"`` wherever the server sees every upload and runs no median/trimmed defence,
-        :func:`default_acceptance`). ``"paper"`` stores whatever the factorization of the
+        ``"refresh"`` under example-level ``privacy`` without a defence, :func:`default_acceptance`).
+        ``"paper"`` stores whatever the factorization of the
         aggregate accepts; ``"fresh"`` admits only directions that the fresh parts of at least
         two of the round's uploads certify (all answering uploads if fewer; see
         :func:`fedlam.robust.fresh_aggregate`) and keeps what is stored, so one poisoner or a
         near-copy of an archetype cannot write into the memory, at the price of admitting a new
-        archetype only once two clients see it.
+        archetype only once two clients see it; ``"refresh"`` is ``"paper"`` with every stored
+        pattern rewritten from the fresh part of the mean where its sign is certain
+        (:mod:`fedlam.refresh`).
 
     Returns
     -------
@@ -1136,7 +1170,7 @@ def run_federation(
                 up = up.without_operator()
             uploads.append(up)
         # a defence removes the broadcast it sent from every upload (the clients' fresh evidence)
-        kw = {"broadcast": broadcast} if server.needs_uploads else {}
+        kw = {"broadcast": broadcast} if server.needs_broadcast else {}
         rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
         start = rr.warm_start
         if reconstruct is not None:

@@ -347,6 +347,28 @@ def test_acceptance_argument_checks():
     with pytest.raises(ValueError, match="defense='median'"):
         F.Server(acceptance="fresh", defense="median")
     assert F.Server(acceptance="fresh", defense="support").needs_uploads
+    with pytest.raises(ValueError, match="acceptance='refresh'.*defense='support'"):
+        F.Server(acceptance="refresh", defense="support")
+    from fedlam import privacy
+
+    with pytest.raises(ValueError, match="acceptance='refresh'.*client-level"):
+        F.Server(acceptance="refresh", client_privacy=privacy.ClientLevelMechanism(1.0, 5.0, 1e-5))
+    server = F.Server(acceptance="refresh", secure=True)   # the scalars and the sum suffice
+    assert server.needs_broadcast and not server.needs_uploads
+    assert F.Server().needs_broadcast and not F.Server(acceptance="paper").needs_broadcast
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({}, "refresh"), ({"secure": True}, "refresh"), ({"defense": "support"}, "paper"),
+    ({"defense": "median"}, "paper"),
+])
+def test_default_acceptance_under_example_level_privacy(kw, expected):
+    """Under example-level DP single uploads certify nothing: the default is the paper's
+    acceptance, refreshed from the fresh mean where no defence replaces the mean."""
+    from fedlam import privacy
+
+    mech = privacy.GaussianMechanism(epsilon=1.0, delta=1e-5)
+    assert F.default_acceptance(privacy=mech, **kw) == expected
 
 
 @pytest.mark.parametrize("kw, expected", [
@@ -373,9 +395,9 @@ def test_default_acceptance_is_fresh_wherever_the_server_sees_every_upload(kw, e
 
 def test_default_server_reads_privacy_noise_from_the_uploads():
     """A Server built directly with acceptance=None cannot be told that its clients noise their
-    uploads; a round whose uploads declare dp_sigma > 0 runs the paper's acceptance (as
-    run_federation does with privacy=), an explicit acceptance="fresh" is kept, and a round
-    without noise runs the fresh acceptance."""
+    uploads; a round whose uploads declare dp_sigma > 0 runs the refreshed paper acceptance (as
+    run_federation does with privacy=; without a broadcast to refresh from, the paper's), an
+    explicit acceptance="fresh" is kept, and a round without noise runs the fresh acceptance."""
     from fedlam import operators, privacy
     from fedlam.protocol import Upload
 
@@ -394,7 +416,7 @@ def test_default_server_reads_privacy_noise_from_the_uploads():
         noised.append(Upload(Z, M, 1.0, 1 - 0.81, dp_sigma=sig))
     server = F.Server()
     assert server.acceptance == "fresh"
-    assert server.round_acceptance(plain) == "fresh" and server.round_acceptance(noised) == "paper"
+    assert server.round_acceptance(plain) == "fresh" and server.round_acceptance(noised) == "refresh"
     assert F.Server(acceptance="fresh").round_acceptance(noised) == "fresh"
     got = server.round(noised, np.random.default_rng(0))
     ref = F.Server(acceptance="paper").round(noised, np.random.default_rng(0))
@@ -460,6 +482,68 @@ def test_fresh_acceptance_composes():
     h = F.run_federation(xi, specs + [F.ClientSpec(M=200, kind="poison")], T, 2, controller="novelty",
                          acceptance="fresh", defense="support")
     assert h.spurious.max() == 0
+
+
+def _noised_blend_round(factor, acceptance=None, with_broadcast=True):
+    """One server round on six noised uploads (Gaussian mechanism at ``factor`` x the mean's
+    epsilon threshold, N = 300, K = 3, M = 600, r = 0.9) that blend, with weight 0.5, a broadcast
+    holding archetype 0 at m = 0.9. Returns (RoundResult, archetypes)."""
+    from fedlam import operators, privacy
+    from fedlam.protocol import Upload
+
+    K, n, M, L, r = 3, 300, 600, 6, 0.9
+    xi = data.random_archetypes(K, n, 7)
+    stored = xi.copy()
+    stored[0, :15] *= -1                        # m = 0.9
+    A = operators.pattern_operator(stored)
+    eps = factor * privacy.epsilon_threshold(r, 1 / K, n, M, 1e-5, L=L)
+    mech = privacy.GaussianMechanism(epsilon=eps, delta=1e-5)
+    rng = np.random.default_rng(5)
+    ups = []
+    for c in range(L):
+        X, _ = data.sample_examples(xi, M, r, np.full(K, 1 / K), rng=200 + c)
+        Z, sig = mech.apply(operators.hebbian(X), M, rng)
+        ups.append(Upload(0.5 * Z + 0.5 * A, M, 0.5, 1 - r * r, dp_sigma=0.5 * sig))
+    kw = {"broadcast": A} if with_broadcast else {}
+    return F.Server(acceptance=acceptance).round(ups, np.random.default_rng(0), **kw), xi
+
+
+def test_default_server_refreshes_a_noisy_stored_archetype_from_noised_uploads():
+    """At 6 x the mean's epsilon threshold the paper's acceptance stores the broadcast's noisy
+    version again (the echo is half of every upload) and the default (refresh) stores the
+    archetype itself; without a broadcast the two are the same round. At 3 x one round's fresh
+    mean has a signal-to-noise ratio of 2.5 along each stored pattern (about 1.5 expected wrong
+    signs of 300): the refresh declines and the round is the paper's."""
+    from fedlam import metrics
+
+    paper, xi = _noised_blend_round(6, "paper")
+    got, _ = _noised_blend_round(6)
+    assert got.result.k_hat == paper.result.k_hat == 3
+    assert np.sort(metrics.magnetization(paper.patterns, xi))[0] == pytest.approx(0.9)
+    assert np.all(metrics.magnetization(got.patterns, xi) == 1.0)
+    plain, _ = _noised_blend_round(6, with_broadcast=False)
+    assert np.array_equal(plain.patterns, paper.patterns)
+    weak, _ = _noised_blend_round(3)
+    weak_paper, _ = _noised_blend_round(3, "paper")
+    assert np.array_equal(weak.patterns, weak_paper.patterns)
+    assert np.sort(metrics.magnetization(weak.patterns, xi))[0] == pytest.approx(0.9)
+
+
+def test_refresh_acceptance_composes():
+    """The default under example-level privacy runs with secure aggregation, partial participation
+    with dropouts, batch-weighted aggregation, a noise client and a constant weight."""
+    from fedlam import participation, privacy
+
+    T, K, n = 5, 3, 120
+    xi = data.random_archetypes(K, n, 7)
+    pi = data.static_mixture(T, 4, K)
+    specs = [F.ClientSpec(r=0.9, M=200 + 50 * c, mixture=pi[:, c]) for c in range(4)]
+    mech = privacy.GaussianMechanism(epsilon=50.0, delta=1e-5)
+    part = participation.Participation(fraction=0.5, min_clients=1, dropout=0.2)
+    for kw in ({"secure": True}, {"participation": part}, {"aggregation": "batch", "controller": 0.5}):
+        h = F.run_federation(xi, specs + [F.ClientSpec(M=200, kind="noise")], T, 2, privacy=mech, **kw)
+        assert h.T == T and np.all(h.spurious == 0)
+        assert np.all(h.magnetization[-1] >= 0.95)
 
 
 def _fresh_round(xi, n_honest, extra, seed, M=400, r=0.9):

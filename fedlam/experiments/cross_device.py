@@ -360,7 +360,7 @@ def federate(archetypes: np.ndarray, specs: Sequence[Any], T: int, rng: Any, *, 
             t_sum = clock() - t0
             del probe
         t0 = clock()
-        kw = {"broadcast": broadcast} if server.needs_uploads else {}
+        kw = {"broadcast": broadcast} if server.needs_broadcast else {}
         rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
         t_round = clock() - t0
         start = rr.warm_start

@@ -126,7 +126,7 @@ def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
     uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
                for op, s in zip(ops, scal, strict=True)]
     kw = {}
-    if server.needs_uploads and patterns is not None:
+    if server.needs_broadcast and patterns is not None:
         kw["broadcast"] = server.broadcast(patterns)
     rr = server.round(uploads, rng, broadcast_rank=k_broadcast, **kw)
     return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate

@@ -1,0 +1,147 @@
+"""Refreshing stored patterns from the fresh part of the mean (fedlam.refresh; the default
+acceptance under example-level privacy)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from fedlam import data, operators, refresh
+
+
+def _noisy(x, m, rng):
+    """A copy of the +-1 pattern x with overlap m (exactly (1 - m) N / 2 sites flipped)."""
+    out = x.copy()
+    out[rng.choice(x.size, round((1 - m) * x.size / 2), replace=False)] *= -1
+    return out
+
+
+def _fresh(xi, strengths, sigma, rng):
+    """sum_k s_k xi_k xi_k^T / N plus a symmetric Gaussian noise of entry std sigma."""
+    N = xi.shape[1]
+    F = (xi.T * np.asarray(strengths, dtype=float)) @ xi / N
+    Z = rng.normal(0.0, sigma, (N, N))
+    return F + (Z + Z.T) / np.sqrt(2)
+
+
+def _echo_world(seed, xi_seed, strengths, c, N=300):
+    """Three archetypes, archetype 0 stored at m = 0.9, and the mean ``F + c A`` of uploads that
+    blend the broadcast A with share c into fresh evidence F of the given strengths."""
+    rng = np.random.default_rng(seed)
+    xi = data.random_archetypes(3, N, xi_seed)
+    stored = np.vstack([_noisy(xi[0], 0.9, rng), xi[1], xi[2]])
+    A = operators.pattern_operator(stored)
+    return xi, stored, A, _fresh(xi, strengths, 0.002, rng) + c * A
+
+
+def test_a_noisy_stored_version_is_replaced_by_the_archetype_the_fresh_data_hold():
+    xi, stored, A, J = _echo_world(0, 1, [0.2, 0.2, 0.2], 0.7)
+    c = 0.7
+    out, changed = refresh.refresh_patterns(J, A, stored, c)
+    assert np.array_equal(out, xi.astype(np.int8))
+    assert changed.tolist() == [15, 0, 0]
+    # without removing the echo (c = 0) the stored version's own weight keeps its errors
+    kept, _ = refresh.refresh_patterns(J, A, stored, 0.0)
+    assert np.array_equal(kept[0], stored[0])
+
+
+def test_a_pattern_the_fresh_data_no_longer_hold_is_kept():
+    """Retention: archetype 0 is stored (noisy) and absent from this round's fresh data."""
+    xi, stored, A, J = _echo_world(1, 2, [0.0, 0.2, 0.2], 0.5)
+    out, changed = refresh.refresh_patterns(J, A, stored, 0.5)
+    assert np.array_equal(out, stored) and not changed.any()
+
+
+def test_correlated_archetypes_are_refreshed_without_cross_talk():
+    """Two archetypes with overlap 0.6 (a shared background), both stored with errors (m = 0.92),
+    both in the fresh data, the second 5/3 as strong. Projected on the first stored pattern
+    alone, the fresh mean is an even mix of the two archetypes (0.3 x 0.92 against
+    0.5 x 0.55): on the sites where they differ its sign is noise, and nothing can be corrected;
+    through the inverse Gram matrix of the stored patterns each column holds its own archetype
+    and both are corrected."""
+    rng = np.random.default_rng(2)
+    N = 400
+    base = data.random_archetypes(1, N, 3)[0]
+    xi = np.vstack([base, _noisy(base, 0.6, rng)])
+    stored = np.vstack([_noisy(xi[0], 0.92, rng), _noisy(xi[1], 0.92, rng)])
+    A = operators.pattern_operator(stored)
+    J = _fresh(xi, [0.3, 0.5], 0.001, rng) + 0.4 * A
+    out, changed = refresh.refresh_patterns(J, A, stored, 0.4)
+    assert np.array_equal(out, xi.astype(np.int8)) and changed.tolist() == [16, 16]
+    # the cross-talk the Gram inverse removes: the plain projection of pattern 0 has almost no
+    # margin where the two archetypes differ
+    plain = np.abs((J - 0.4 * A) @ stored[0].astype(float))
+    differ = xi[0] != xi[1]
+    assert plain[differ].mean() < 0.1 * plain[~differ].mean()
+
+
+def test_no_refresh_merges_two_stored_patterns():
+    """Two noisy versions of one archetype stored side by side (m = 0.9 and 0.86): the fresh data
+    along each show the archetype. Only the nearer version takes it; the other would become
+    its copy and stays as it is."""
+    rng = np.random.default_rng(3)
+    N = 300
+    xi = data.random_archetypes(2, N, 4)
+    near = _noisy(xi[0], 0.9, rng)
+    far = _noisy(xi[0], 0.86, rng)
+    stored = np.vstack([near, far, xi[1]])
+    A = operators.pattern_operator(stored)
+    J = _fresh(xi, [0.3, 0.3], 0.001, rng) + 0.5 * A
+    out, changed = refresh.refresh_patterns(J, A, stored, 0.5)
+    assert np.array_equal(out[0], xi[0]) and np.array_equal(out[1], far) and changed.tolist() == [15, 0, 0]
+    assert len({row.tobytes() for row in out}) == 3
+
+
+def test_uncertain_signs_are_not_written():
+    """A weak fresh spike under strong noise: the predicted number of wrong signs exceeds
+    max_flips and nothing changes; a tolerance of 50 expected flips lets the sign through."""
+    rng = np.random.default_rng(4)
+    N = 300
+    xi = data.random_archetypes(2, N, 5)
+    stored = np.vstack([_noisy(xi[0], 0.9, rng), xi[1]])
+    A = operators.pattern_operator(stored)
+    J = _fresh(xi, [0.05, 0.05], 0.002, rng) + 0.5 * A
+    out, changed = refresh.refresh_patterns(J, A, stored, 0.5)
+    assert np.array_equal(out, stored) and not changed.any()
+    _, loose = refresh.refresh_patterns(J, A, stored, 0.5, max_flips=50.0)
+    assert loose[0] > 0
+
+
+def test_edge_cases():
+    N = 50
+    A = np.zeros((N, N))
+    out, changed = refresh.refresh_patterns(np.zeros((N, N)), A, np.zeros((0, N), dtype=np.int8), 0.0)
+    assert out.shape == (0, N) and changed.shape == (0,)
+    x = data.random_archetypes(1, N, 0)
+    out, changed = refresh.refresh_patterns(np.zeros((N, N)), A, x, 0.0)   # a zero operator: nothing certain
+    assert np.array_equal(out, x) and changed.tolist() == [0]
+
+
+def test_bad_input():
+    N = 40
+    J = np.eye(N)
+    x = data.random_archetypes(2, N, 0)
+    with pytest.raises(ValueError, match="echo"):
+        refresh.refresh_patterns(J, J, x, 1.5)
+    with pytest.raises(ValueError, match="max_flips"):
+        refresh.refresh_patterns(J, J, x, 0.5, max_flips=0.0)
+    with pytest.raises(ValueError, match="broadcast must have shape"):
+        refresh.refresh_patterns(J, np.eye(N + 1), x, 0.5)
+    with pytest.raises(ValueError, match="patterns"):
+        refresh.refresh_patterns(J, J, x[:, :-1], 0.5)
+    with pytest.raises(ValueError, match="patterns"):
+        refresh.refresh_patterns(J, J, 2 * x, 0.5)
+    with pytest.raises(TypeError, match="J"):
+        refresh.refresh_patterns(J.astype(int), J, x, 0.5)
+
+
+def test_echo_weight():
+    ups = [types.SimpleNamespace(weight=w) for w in (0.25, float("nan"), 1.0, 0.0)]
+    assert refresh.echo_weight(ups) == pytest.approx((0.75 + 0 + 0 + 1) / 4)
+    assert refresh.echo_weight(ups, np.array([0.5, 0.5, 0.0, 0.0])) == pytest.approx(0.375)
+    with pytest.raises(ValueError, match="weights"):
+        refresh.echo_weight(ups, np.ones(3) / 3)
+    with pytest.raises(ValueError, match="uploads"):
+        refresh.echo_weight([])
