@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_in_range, check_operator, check_pm1
+from ._validation import check_in_range, check_nonneg_int, check_operator, check_pm1
 
 __all__ = [
     "overlaps",
@@ -28,6 +28,7 @@ __all__ = [
     "magnetization_max",
     "spurious_count",
     "frobenius_error",
+    "first_round",
 ]
 
 
@@ -213,3 +214,22 @@ def frobenius_error(J: np.ndarray, J_star: np.ndarray) -> float:
     if den == 0.0:
         raise ValueError("J_star must be non-zero (the error is relative to ||J_star||_F), got the zero matrix")
     return float(np.linalg.norm(J - J_star)) / den
+
+
+def first_round(flags: np.ndarray, start: int) -> float:
+    """Rounds from ``start`` to the first round ``t >= start`` with ``flags[t]`` true (a latency:
+    0 when ``flags[start]`` holds); NaN if no such round.
+
+    Parameters
+    ----------
+    flags : numpy.ndarray
+        (T,) per-round truth values (anything ``astype(bool)`` reads as such).
+    start : int
+        First round counted, ``0 <= start``.
+    """
+    check_nonneg_int(start, "start")
+    f = np.asarray(flags)
+    if f.ndim != 1:
+        raise ValueError(f"flags must be a 1-d (T,) array, got shape {f.shape}")
+    idx = np.flatnonzero(f.astype(bool)[start:])
+    return float(idx[0]) if idx.size else float("nan")

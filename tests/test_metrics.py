@@ -141,3 +141,15 @@ def test_bad_patterns(fn):
         fn(xi[:, :5], xi)
     with pytest.raises(ValueError, match="archetypes.*empty"):
         fn(xi, xi[:0])
+
+
+def test_first_round():
+    assert metrics.first_round(np.array([0, 0, 1, 1], dtype=bool), 1) == 1.0
+    assert metrics.first_round(np.array([False, True, False, True]), 2) == 1.0
+    assert metrics.first_round(np.array([True, False]), 0) == 0.0
+    assert np.isnan(metrics.first_round(np.array([True, False, False]), 1))
+    assert np.isnan(metrics.first_round(np.array([True]), 5))        # start past the end: no round
+    with pytest.raises(ValueError, match="start"):
+        metrics.first_round(np.array([True]), -1)
+    with pytest.raises(ValueError, match="flags"):
+        metrics.first_round(np.ones((2, 2), dtype=bool), 0)

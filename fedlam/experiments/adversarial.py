@@ -45,6 +45,7 @@ from fedlam.experiments._common import (
     make_params as _make_params,
 )
 from fedlam.experiments._executor import map_seeds
+from fedlam.metrics import first_round
 
 __all__ = [
     "ATTACKS",
@@ -127,12 +128,6 @@ def spreading_novelty(T: int, L: int, K_old: int, t_new: int, spread: int, pi_ne
             mix[start:, c, :K_old] = (1.0 - pi_new) / K_old
             mix[start:, c, K_old] = pi_new
     return mix
-
-
-def first_round(flags: np.ndarray, start: int) -> float:
-    """``t - start`` for the first ``t >= start`` with ``flags[t]`` true, NaN if none."""
-    idx = np.flatnonzero(np.asarray(flags, dtype=bool)[start:])
-    return float(idx[0]) if idx.size else float("nan")
 
 
 def defense_label(name: str) -> str:

@@ -34,6 +34,7 @@ from fedlam.experiments._common import (
     make_params as _make_params,
 )
 from fedlam.experiments._executor import map_seeds
+from fedlam.metrics import first_round
 
 __all__ = ["NoveltyParams", "NoveltyResult", "PRESETS", "make_params", "run", "first_round",
            "setting_table", "phase_windows", "phase_gap", "detection_table", "gap_table",
@@ -131,12 +132,6 @@ def make_params(preset: str = "book", **overrides: Any) -> NoveltyParams:
     """Preset ``"book"``, ``"paper"`` or ``"full"`` (see ``PRESETS``) with field overrides (``None`` keeps
     the preset value)."""
     return _make_params(NoveltyParams, PRESETS, preset, **overrides)
-
-
-def first_round(mask: np.ndarray, start: int) -> float:
-    """First index ``t >= start`` where ``mask[t]`` holds, minus ``start``; NaN if none."""
-    idx = np.flatnonzero(np.asarray(mask)[start:])
-    return float(idx[0]) if idx.size else float("nan")
 
 
 @dataclass(frozen=True)
