@@ -3,6 +3,10 @@ today's round (acceptance="paper") and one numpy.linalg.eigh, at N = 1000, K = 6
 
 Two rounds: round 0 (no broadcast) and a later round in which every client blends the broadcast
 of the K archetypes at w = 0.5 (the fresh acceptance then subtracts it from every upload).
+Under example-level DP (every client's fresh operator noised by the Gaussian mechanism at
+epsilon = 4 before the blend) the default acceptance is "refresh": the paper's, then every stored
+pattern rewritten from the fresh part of the mean (fedlam.refresh); its later round is timed
+against the paper's on the same noised uploads.
 Times are the best of 5 interleaved runs, as ratios measured in the same run.
 
 Run:  python benchmarks/bench_acceptance.py
@@ -13,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 from _common import best_of, client_operators
 
-from fedlam.federation import Server
+from fedlam.federation import Server, default_acceptance
 from fedlam.metrics import spurious_count
 from fedlam.operators import aggregate, pattern_operator
+from fedlam.privacy import GaussianMechanism
 from fedlam.protocol import Upload
 
 N, K, L, M_c, r = 1000, 6, 3, 1000, 0.8
@@ -26,6 +31,13 @@ def main() -> None:
     A = pattern_operator(xi)
     first = [Upload(op, M_c, 1.0, 1 - r**2) for op in ops]
     later = [Upload(0.5 * op + 0.5 * A, M_c, 0.5, 1 - r**2) for op in ops]
+    mech = GaussianMechanism(epsilon=4.0, delta=1e-5)
+    rng = np.random.default_rng(7)
+    noised = []
+    for op in ops:
+        Z, sig = mech.apply(op, M_c, rng)
+        noised.append(Upload(0.5 * Z + 0.5 * A, M_c, 0.5, 1 - r**2, dp_sigma=0.5 * sig))
+    dp_default = default_acceptance(privacy=mech)
     Js = aggregate(ops)
     out = {}
 
@@ -36,6 +48,7 @@ def main() -> None:
 
     fns = {"paper, round 0": run("p0", "paper", first, None), "fresh, round 0": run("f0", "fresh", first, None),
            "paper, with broadcast": run("p1", "paper", later, A), "fresh, with broadcast": run("f1", "fresh", later, A),
+           "paper, DP": run("pd", "paper", noised, A), "default, DP": run("dd", dp_default, noised, A),
            "eigh": lambda: np.linalg.eigh(Js)}
     t = best_of(fns, repeats=5)
     print(f"N = {N}, K = {K}, L = {L} clients x M_c = {M_c} examples, r = {r}")
@@ -46,6 +59,12 @@ def main() -> None:
               f"({tf / t['eigh']:.2f} x eigh) = {tf / tp:.2f} x paper; patterns paper/fresh "
               f"{out[p].patterns.shape[0]}/{out[f].patterns.shape[0]}, spurious "
               f"{spurious_count(out[p].patterns, xi)}/{spurious_count(out[f].patterns, xi)}")
+
+    tp, td = t["paper, DP"], t["default, DP"]
+    print(f"DP, broadcast  : paper {tp:6.3f} s ({tp / t['eigh']:.2f} x eigh), default ({dp_default!r}) {td:6.3f} s "
+          f"({td / t['eigh']:.2f} x eigh) = {td / tp:.2f} x paper; patterns paper/default "
+          f"{out['pd'].patterns.shape[0]}/{out['dd'].patterns.shape[0]}, spurious "
+          f"{spurious_count(out['pd'].patterns, xi)}/{spurious_count(out['dd'].patterns, xi)}")
 
 
 if __name__ == "__main__":
