@@ -89,7 +89,10 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       A certified memory under example-level DP is ``defense="support"`` with
       ``defense_params={"groups": G}``: the uploads vote in ``G`` groups, each with the mean of
       its members' fresh parts (:func:`fedlam.robust.voting_groups`), whose noise is ``sqrt(g)``
-      times lower than one upload's. The paper's acceptance has a cost of its own there: it
+      times lower than one upload's; with ``{"groups": "leave-out"}`` each voter is the mean of
+      all uploads but ``s - 1``, with about the mean's noise (measured at 3 x the mean's
+      threshold with a poisoner: every archetype kept, the fake never stored, where the default
+      stores it and two groups lose archetypes). The paper's acceptance has a cost of its own there: it
       stores an archetype in the first round the mean detects it, a few noisy bits included,
       and the blend keeps that version while the clients' mean weight stays below
       :func:`fedlam.controller.correction_weight` (measured under drift at 2 x the mean's

@@ -23,7 +23,9 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     Under example-level privacy one upload's noise can hide what the mean shows: with
     ``defense_params={"groups": G}`` the uploads vote in ``G`` fixed groups, each with the
     mean of its members' fresh parts against that mean's edge (:func:`voting_groups`,
-    :func:`group_threshold`; {ref}`sec-robust-privacy`).
+    :func:`group_threshold`; {ref}`sec-robust-privacy`); with ``{"groups": "leave-out"}`` the
+    voters are the means that leave out ``s - 1`` uploads each, and a direction needs all of
+    them (about the mean's noise, and ``k < s`` attackers all miss one voter).
 ``"median"`` / ``"trimmed"``
     Entrywise median / trimmed mean of the uploads (Yin et al. 2018). The estimator is not
     linear, and its operator has outliers no upload has: ``E[median | x]`` of an entry is an odd
@@ -68,6 +70,7 @@ is their *sum*; the median, the trimmed mean and Krum need every upload
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -89,6 +92,9 @@ from fedlam._validation import (
     check_positive_int,
     check_real,
 )
+
+#: ``defense_params["groups"]`` of the support test whose voters leave out ``s - 1`` uploads each
+LEAVE_OUT = "leave-out"
 
 __all__ = [
     "DEFENSES",
@@ -122,6 +128,8 @@ __all__ = [
     "stored_patterns",
     "group_threshold",
     "voting_groups",
+    "voting_quorum",
+    "LEAVE_OUT",
 ]
 
 #: Defences selectable by name (``None`` is the paper's plain mean).
@@ -159,7 +167,9 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
           pattern counts as different from an archetype, 0.9 is an overlap of 0.95),
           ``groups`` (None, or an int ``>= s``: the uploads vote in that many groups, upload
           ``c`` of a round in group ``c mod groups``, each group certifying the mean of its
-          members' fresh parts; see :func:`group_threshold`);
+          members' fresh parts; see :func:`group_threshold`; or ``"leave-out"``: the voters are
+          the means of the fresh parts that leave out ``s - 1`` uploads, every one of them must
+          certify a direction, :func:`voting_groups`);
         - ``"trimmed"``: ``trim`` (float in [0, 0.5): fraction cut from each end, as
           :func:`scipy.stats.trim_mean`: ``floor(trim L)`` uploads per side);
         - ``"krum"``: ``f`` (int >= 0: attackers tolerated, needs ``L >= 2 f + 3``), ``m``
@@ -207,9 +217,13 @@ def check_defense(defense: Any, params: Mapping[str, Any] | None = None,
         out["n_sigma"] = check_in_range(out["n_sigma"], "defense_params['n_sigma']", 0.0, None)
         out["rho"] = check_in_range(out["rho"], "defense_params['rho']", 0.0, 1.0, low_open=True)
         g = out["groups"]
-        if g is not None:
+        if isinstance(g, str):
+            if g != LEAVE_OUT:
+                raise ValueError(f"defense_params['groups'] must be None, an int or {LEAVE_OUT!r}, got {g!r}")
+        elif g is not None:
             if isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral):
-                raise TypeError(f"defense_params['groups'] must be None or an int, got {_describe(g)}")
+                raise TypeError(f"defense_params['groups'] must be None, an int or {LEAVE_OUT!r}, "
+                                f"got {_describe(g)}")
             g = int(g)
             if g < s:
                 raise ValueError(f"defense_params['groups'] must be >= s = {s} (groups that must "
@@ -902,16 +916,34 @@ def _group_threshold(fresh: Sequence[Any], N: int, n_sigma: float) -> float:
     return float(edge + n_sigma * khat.free_tw_scale(comps, N, noise_var=v))
 
 
-def voting_groups(n_uploads: int, groups: int | None) -> list[list[int]]:
+def voting_groups(n_uploads: int, groups: int | str | None, s: int = 2) -> list[list[int]]:
     """The voters of the support test: each upload alone (``groups`` None), or the uploads in
     ``min(groups, n_uploads)`` groups, upload ``c`` (in the round's order) in group
     ``c mod groups``. The server fixes the partition before it reads the uploads, so ``k``
-    attackers sit in at most ``k`` groups and add at most ``k`` votes, as without groups."""
+    attackers sit in at most ``k`` groups and add at most ``k`` votes, as without groups.
+
+    ``groups="leave-out"``: one voter per set of ``s - 1`` uploads left out (``C(n, s - 1)``
+    voters, each the other ``n - s + 1`` uploads; the plain mean alone for ``s = 1`` or a single
+    upload), and a direction needs *every* voter (:func:`voting_quorum`). ``k < s`` attackers
+    are all left out of one voter, whose mean holds only honest evidence: a fake they alone hold
+    fails there. Each voter averages nearly every upload, so its privacy noise is about the mean's,
+    and the test certifies near the mean's own threshold, where single uploads or small groups
+    show nothing. Derived in {ref}`sec-robust-privacy`."""
     n = check_positive_int(n_uploads, "n_uploads")
     if groups is None:
         return [[c] for c in range(n)]
+    if isinstance(groups, str):
+        if groups != LEAVE_OUT:
+            raise ValueError(f"groups must be None, an int or {LEAVE_OUT!r}, got {groups!r}")
+        out = min(check_positive_int(s, "s") - 1, n - 1)
+        return [[c for c in range(n) if c not in gone] for gone in itertools.combinations(range(n), out)]
     G = min(check_positive_int(groups, "groups"), n)
     return [list(range(g, n, G)) for g in range(G)]
+
+
+def voting_quorum(n_voters: int, groups: int | str | None, s: int) -> int:
+    """Votes a direction needs: ``s``, or every voter with ``groups="leave-out"``."""
+    return n_voters if isinstance(groups, str) else s
 
 
 def _orth(X: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
@@ -983,8 +1015,8 @@ def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None, stored: np.ndarra
 
 
 def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, broadcast: np.ndarray | None,
-             N: int, n_sigma: float,
-             groups: int | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
+             N: int, n_sigma: float, groups: int | str | None = None,
+             s: int = 2) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
     """Per voter (an upload, or a group of them with ``groups``: :func:`voting_groups`): the
     certified Ritz directions of its fresh part in span Q (coordinates). A group's fresh part is
     the mean of its members' (members without fresh evidence left out), tested against
@@ -992,8 +1024,15 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
     d = Q.shape[1]
     AQ = broadcast @ Q if (broadcast is not None and d) else None
     own = [upload_threshold(u, N, n_sigma) for u in uploads]
-    parts = voting_groups(len(ops), groups)
+    parts = voting_groups(len(ops), groups, s)
     P, n_cert, thr, ritz = [], np.zeros(len(parts), dtype=np.int64), np.full(len(parts), np.nan), []
+    products: dict[int, np.ndarray] = {}   # ops[c] @ Q, once per upload (leave-out voters share them)
+
+    def prod(c: int) -> np.ndarray:
+        if c not in products:
+            products[c] = ops[c] @ Q
+        return products[c]
+
     for j, members in enumerate(parts):
         fresh = [c for c in members if math.isfinite(own[c])]
         if len(fresh) > 1:
@@ -1004,10 +1043,10 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
             P.append(np.zeros((d, 0)))
             ritz.append(np.empty(0))
             continue
-        Y = ops[fresh[0]] @ Q
+        Y = prod(fresh[0]).copy()
         for i, c in enumerate(fresh):
             if i:
-                Y += ops[c] @ Q
+                Y += prod(c)
             w = _fresh_weight(uploads[c])
             if AQ is not None and w != 1.0:
                 Y -= (1.0 - w) * AQ
@@ -1163,7 +1202,8 @@ def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Seq
                       stored: np.ndarray | None = None) -> SupportResult:
     d = Q.shape[1]
     s, rho = p["s"], p["rho"]
-    P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"))
+    P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"), s)
+    s = voting_quorum(len(P), p.get("groups"), s)
     Gm = _memory_basis(Q, broadcast, stored)
     # the fresh acceptance (span given, s >= 2): the rest of the stored span counts s - 1 votes
     Gw = _weak_memory_basis(Q, span, Gm) if (span is not None and broadcast is not None and s >= 2) else None

@@ -677,6 +677,18 @@ def test_stored_patterns_recovers_the_broadcast_patterns():
 
 # ----------------------------------------------------------------------------------------
 # voting groups: certification under example-level privacy
+def _private_setting(factor):
+    """K = 3 archetypes at N = 160 and the Gaussian mechanism at ``factor`` x the epsilon threshold
+    of the mean of six clients (M = 200, r = 0.85) for the weakest direction of the family."""
+    from fedlam import privacy
+
+    K, N, M, r, L, delta = 3, 160, 200, 0.85, 6, 1e-5
+    xi = data.random_archetypes(K, N, 7)
+    pi_min = float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / (K * N)).min())
+    eps = factor * privacy.epsilon_threshold(r, pi_min, N, M, delta, L=L)
+    return xi, privacy.GaussianMechanism(epsilon=eps, delta=delta)
+
+
 def _private_uploads(xi, M, r, L, seed, mech):
     rng = np.random.default_rng(seed)
     out = []
@@ -695,6 +707,45 @@ def test_voting_groups_partition_the_round():
         robust.voting_groups(0, 2)
     with pytest.raises(TypeError, match="groups"):
         robust.voting_groups(4, 1.5)
+
+
+def test_leave_out_voters():
+    """groups="leave-out": one voter per set of s - 1 uploads left out, and every voter must certify."""
+    assert robust.voting_groups(4, "leave-out") == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+    assert robust.voting_groups(4, "leave-out", 3) == [[2, 3], [1, 3], [1, 2], [0, 3], [0, 2], [0, 1]]
+    assert robust.voting_groups(4, "leave-out", 1) == [[0, 1, 2, 3]]     # the plain mean alone
+    assert robust.voting_groups(1, "leave-out") == [[0]]                 # a lone upload votes alone
+    assert robust.voting_quorum(6, "leave-out", 2) == 6 and robust.voting_quorum(6, 3, 2) == 2
+    with pytest.raises(ValueError, match="groups"):
+        robust.voting_groups(4, "leave-one")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_leave_out_voters_certify_near_the_means_threshold(seed):
+    """Example-level DP at 3 x the mean's epsilon threshold (N = 160, K = 3, six clients with
+    M = 200 at r = 0.85) and a poisoner's seventh upload. The default server (the paper's
+    acceptance under privacy) stores the fake; two voting groups of three or four certify only
+    some archetypes (each group has a third of the mean's evidence); leave-one-out voters, each
+    the mean of six of the seven uploads, keep all three archetypes and never the fake: the one
+    voter without the poisoner holds no fake."""
+    from fedlam import metrics
+    from fedlam.federation import Server
+
+    K, N, M, r, L = 3, 160, 200, 0.85, 6
+    xi, mech = _private_setting(3)
+    fake = fake_of(5, N)
+    ups = _private_uploads(xi, M, r, L, seed, mech) + [poison_upload(fake, M, r)]
+
+    def has_fake(res):
+        return any(abs(int(p.astype(int) @ fake.astype(int))) >= 0.9 * N for p in res.patterns)
+
+    default = Server().round(ups, np.random.default_rng(0))
+    assert has_fake(default)
+    groups = Server(defense="support", defense_params={"groups": 2}).round(ups, np.random.default_rng(0))
+    assert groups.result.k_hat < K and not has_fake(groups)
+    loo = Server(defense="support", defense_params={"groups": "leave-out"}).round(ups, np.random.default_rng(0))
+    assert loo.result.k_hat == K and not has_fake(loo)
+    assert np.all(metrics.magnetization(loo.patterns, xi) >= 0.95) and metrics.spurious_count(loo.patterns, xi) == 0
 
 
 def test_group_threshold_is_the_edge_of_a_mean_of_noise_uploads():
@@ -737,9 +788,12 @@ def test_group_threshold_members():
 def test_groups_bad_params():
     with pytest.raises(ValueError, match=r"defense_params\['groups'\] must be >= s = 2"):
         robust.check_defense("support", {"groups": 1})
-    for bad in (True, 2.0, "2"):
+    for bad in (True, 2.0):
         with pytest.raises(TypeError, match=r"defense_params\['groups'\]"):
             robust.check_defense("support", {"groups": bad})
+    with pytest.raises(ValueError, match=r"defense_params\['groups'\] must be None, an int or 'leave-out'"):
+        robust.check_defense("support", {"groups": "2"})
+    assert robust.check_defense("support", {"groups": "leave-out", "s": 3})[1]["groups"] == "leave-out"
     assert robust.check_defense("support", {"groups": 3, "s": 3})[1]["groups"] == 3
     assert robust.check_defense("support")[1]["groups"] is None
 
@@ -750,14 +804,11 @@ def test_groups_certify_under_privacy_what_single_uploads_cannot():
     defence keeps at most one direction and recovers none; voting in two groups of three, each
     group's mean has sqrt(3) less noise and certifies them, and the defence keeps all three. A
     poisoner (a seventh upload, in group 0) still has one vote: its fake is not stored."""
-    from fedlam import metrics, privacy
+    from fedlam import metrics
     from fedlam.federation import Server
 
-    K, N, M, r, L, delta = 3, 160, 200, 0.85, 6, 1e-5
-    xi = data.random_archetypes(K, N, 7)
-    pi_min = float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / (K * N)).min())
-    mech = privacy.GaussianMechanism(epsilon=4 * privacy.epsilon_threshold(r, pi_min, N, M, delta, L=L),
-                                     delta=delta)
+    K, N, M, r, L = 3, 160, 200, 0.85, 6
+    xi, mech = _private_setting(4)
     fake = fake_of(5, N)
     for seed in range(3):
         ups = _private_uploads(xi, M, r, L, seed, mech)
@@ -796,3 +847,24 @@ def test_private_defended_federation_votes_in_groups():
     assert np.all(grouped.magnetization[-1] >= 0.95) and grouped.k_hat[-1] == K
     assert int(grouped.spurious.max()) == 0 and int(grouped.k_hat.max()) <= K
     assert not any(attacks.fake_in_memory(p, poison.fake(N), xi) for p in grouped.patterns)
+
+
+def test_private_federation_with_a_poisoner_keeps_the_fake_out_with_leave_out_voters():
+    """Example-level DP at 3 x the mean's epsilon threshold (N = 200, K = 4, six clients, M = 200,
+    r = 0.8), the novelty rule and a poisoning seventh client, 5 rounds. The default server
+    stores the poisoner's fake in every round; the support defence with leave-one-out voters
+    never does, and keeps the four archetypes at m >= 0.95 with K-hat never above 4."""
+    from fedlam import federation, privacy
+
+    N, K, L, M, r, T = 200, 4, 6, 200, 0.8, 5
+    xi = data.random_archetypes(K, N, 3)
+    pi = data.static_mixture(T, L, K)
+    specs = [federation.ClientSpec(r=r, M=M, mixture=pi[:, c]) for c in range(L)]
+    specs.append(federation.ClientSpec(M=M, kind="poison"))
+    mech = privacy.GaussianMechanism(epsilon=3 * privacy.epsilon_threshold(r, 1 / K, N, M, 1e-5, L=L), delta=1e-5)
+    default = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech)
+    assert np.all(default.spurious == 1)
+    loo = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech, defense="support",
+                                    defense_params={"groups": "leave-out"})
+    assert np.all(loo.spurious == 0) and loo.k_hat.max() <= K
+    assert np.all(loo.magnetization[-1] >= 0.95)
