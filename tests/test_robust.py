@@ -642,13 +642,14 @@ def _near_copy_round(seed, n_flip, N=400, M=400, r=0.9, K=3, groups=None):
     return xi, x, rr.patterns
 
 
-@pytest.mark.parametrize("groups", [None, 2])
+@pytest.mark.parametrize("groups", [None, 2, "leave-out"])
 @pytest.mark.parametrize("n_flip", [60, 20, 10, 6, 2, 0])   # m = 0.7, 0.9, 0.95, 0.97, 0.99, 1.0
 def test_support_near_copy_never_costs_an_archetype(n_flip, groups):
     """N = M = 400, r = 0.9, K = 3: four honest uploads and a rank-one copy of archetype 0 with
     n_flip bits flipped. Before the fix (directions ranked by votes) the copy's vote put the mean
     of its direction and an honest one first, and the server kept 1, 0, 1 of 3 archetypes at m = 0.95.
-    Voting in two groups (the copy averaged with two honest uploads in group 0) changes nothing."""
+    Voting in two groups (the copy averaged with two honest uploads in group 0), or with
+    leave-one-out voters (the copy in all but one of them), changes nothing."""
     N = 400
     for seed in range(3):
         xi, x, pats = _near_copy_round(seed, n_flip, groups=groups)

@@ -45,11 +45,12 @@ def test_row_on_flower(i, tmp_path):
     assert not left, left
 
 
-def _private_groups_plan(T: int):
+def _private_groups_plan(T: int, groups: int | str = 2):
     """Row 1's federation (random archetypes, drift, a noise client) with what a private, defended
     deployment combines: example-level DP at 4 x the mean's epsilon threshold, the novelty weight
     rule, half the clients asked with 20 % dropouts, and the support defence voting in two groups
-    (``defense_params={"groups": 2}``); the Flower plan and the in-process keywords."""
+    (``defense_params={"groups": 2}``, or ``groups`` given); the Flower plan and the in-process
+    keywords."""
     import json
 
     from _scenarios import DELTA, K, L, M, N_RANDOM, R
@@ -62,21 +63,23 @@ def _private_groups_plan(T: int):
     pi_min = float(np.linalg.eigvalsh(xi.astype(float) @ xi.T.astype(float) / (K * N_RANDOM)).min())
     eps = 4 * privacy.epsilon_threshold(R, pi_min, N_RANDOM, M, DELTA, L=L)
     rc, nodes = flower_plan(row, 101, T)
-    rc["server-options"] = json.dumps({"defense": "support", "defense_params": {"groups": 2}})
+    rc["server-options"] = json.dumps({"defense": "support", "defense_params": {"groups": groups}})
     rc["client-options"] = json.dumps({"privacy": {"factory": "fedlam.privacy.GaussianMechanism",
                                                    "epsilon": eps, "delta": DELTA}})
-    kw.update(defense="support", defense_params={"groups": 2},
+    kw.update(defense="support", defense_params={"groups": groups},
               privacy=privacy.GaussianMechanism(epsilon=eps, delta=DELTA))
     assert kw["participation"] == Participation(fraction=0.5, min_clients=2, dropout=0.2)
     return xi, specs, kw, rc, nodes
 
 
-def test_flower_plan_with_privacy_and_voting_groups():
-    """The plan of a private federation whose server votes in groups rebuilds, in process, the
-    run_federation history bit for bit (the groups reach the server through its options)."""
+@pytest.mark.parametrize("groups", [2, "leave-out"])
+def test_flower_plan_with_privacy_and_voting_groups(groups):
+    """The plan of a private federation whose server votes in groups (or with leave-out voters)
+    rebuilds, in process, the run_federation history bit for bit (the groups reach the server
+    through its options)."""
     from fedlam.flower import history
 
-    xi, specs, kw, rc, nodes = _private_groups_plan(6)
+    xi, specs, kw, rc, nodes = _private_groups_plan(6, groups)
     ref = history.reference_history(rc, nodes)
     direct = federation.run_federation(xi, specs, 6, 101, **kw)
     assert np.array_equal(ref.k_hat, direct.k_hat)
