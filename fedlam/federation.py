@@ -92,7 +92,9 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       times lower than one upload's; with ``{"groups": "leave-out"}`` each voter is the mean of
       all uploads but ``s - 1``, with about the mean's noise (measured at 3 x the mean's
       threshold with a poisoner: every archetype kept, the fake never stored, where the default
-      stores it and two groups lose archetypes). The paper's acceptance has a cost of its own there: it
+      stores it and two groups lose archetypes), and the server refreshes its stored patterns
+      where every voter agrees (:func:`fedlam.refresh.refresh_voted`). The paper's acceptance
+      has a cost of its own there: it
       stores an archetype in the first round the mean detects it, a few noisy bits included,
       and the blend keeps that version while the clients' mean weight stays below
       :func:`fedlam.controller.correction_weight` (measured under drift at 2 x the mean's
@@ -706,7 +708,13 @@ class Server:
                 weights = None          # unweighted estimators
             ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast,
                                   start=start if self.defense == "support" else None)
-            return self._factorize_robust(ra, rng, weights, start, broadcast)
+            rr = self._factorize_robust(ra, rng, weights, start, broadcast)
+            if self.defense_params.get("groups") == robust.LEAVE_OUT and broadcast is not None and broadcast.any():
+                # leave-out voters: the stored patterns refreshed where every voter agrees
+                voters = robust.voting_groups(len(uploads), robust.LEAVE_OUT, self.defense_params["s"])
+                pats, _ = refresh.refresh_voted(uploads, broadcast, rr.patterns, voters)
+                rr = RoundResult(rr.aggregate, rr.result, pats, rr.weights)
+            return rr
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):

@@ -25,6 +25,12 @@ and it is nearer to ``a_k`` than to every other stored pattern (no two stored pa
 An archetype that stops appearing in the data has ``s_k = 0``: its column is noise, the test
 fails and the stored version stays (retention, the point of the drift experiment).
 Derived in {ref}`sec-privacy-weight`.
+
+The refresh reads the plain mean, so one client can steer it: a near-copy of an archetype
+writes its own bits into the stored version (a test shows it). :func:`refresh_voted` asks
+several voters instead -- the leave-out means of the support defence
+(``defense_params={"groups": "leave-out"}``, which the server then refreshes with) -- and
+replaces a pattern only where all of them give the same certain signs.
 """
 from __future__ import annotations
 
@@ -34,10 +40,11 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
+import scipy.special
 
 from ._validation import _describe, check_in_range, check_operator_shape, check_pm1
 
-__all__ = ["echo_weight", "refresh_patterns"]
+__all__ = ["echo_weight", "refresh_patterns", "refresh_voted"]
 
 
 def echo_weight(uploads: Sequence[Any], weights: np.ndarray | None = None) -> float:
@@ -93,30 +100,94 @@ def refresh_patterns(J: np.ndarray, broadcast: np.ndarray, patterns: np.ndarray,
         raise ValueError(f"patterns must be (K', {N}), got shape {patterns.shape}")
     check_in_range(echo, "echo", 0.0, 1.0)
     check_in_range(max_flips, "max_flips", 0.0, None, low_open=True)
-    K = patterns.shape[0]
     out = np.array(patterns, dtype=np.int8)
-    changed = np.zeros(K, dtype=np.int64)
-    if K == 0:
-        return out, changed
+    if out.shape[0] == 0:
+        return out, np.zeros(0, dtype=np.int64)
     P = out.T.astype(np.float64)                      # (N, K')
-    U = J @ P - echo * (broadcast @ P)                # F P^T
+    return _replace(out, [J @ P - echo * (broadcast @ P)], max_flips)
+
+
+def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.ndarray, voters: Sequence[Sequence[int]],
+                  *, max_flips: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`refresh_patterns` that every voter must agree on: robust to the uploads a voter leaves out.
+
+    Each voter is a list of upload indices (e.g. :func:`fedlam.robust.voting_groups` with
+    ``"leave-out"``); its fresh mean is the equal mean of its members' fresh parts
+    ``U_c - (1 - w_c) A``. A pattern is replaced only when every voter's sign along it is certain
+    and all give the same pattern: ``k < s`` attackers are all left out of one voter of the
+    leave-``(s - 1)``-out family, so a site whose sign they alone turn (a near-copy's bits, a
+    fake's cross-talk) is not certain in that voter, or not equal, and stays as stored.
+
+    Parameters
+    ----------
+    uploads : sequence of Upload
+        The round's uploads, each with its (N, N) ``operator`` and its ``weight``.
+    broadcast, patterns, max_flips
+        As :func:`refresh_patterns`.
+    voters : sequence of sequence of int
+        The voters' members (non-empty, indices into ``uploads``).
+
+    Returns
+    -------
+    patterns, changed
+        As :func:`refresh_patterns`.
+
+    Derived in {ref}`sec-robust-privacy`.
+    """
+    from .robust import _fresh_weight
+
+    check_operator_shape(broadcast, "broadcast")
+    N = broadcast.shape[0]
+    check_pm1(patterns, "patterns", ndim=2, allow_empty=True)
+    if patterns.shape[1] != N:
+        raise ValueError(f"patterns must be (K', {N}), got shape {patterns.shape}")
+    check_in_range(max_flips, "max_flips", 0.0, None, low_open=True)
+    if len(uploads) == 0:
+        raise ValueError("uploads must hold at least one upload")
+    if not voters or any(len(v) == 0 or any(not 0 <= c < len(uploads) for c in v) for v in voters):
+        raise ValueError(f"voters must be non-empty lists of upload indices in [0, {len(uploads)}), got {voters!r}")
+    out = np.array(patterns, dtype=np.int8)
+    if out.shape[0] == 0:
+        return out, np.zeros(0, dtype=np.int64)
+    P = out.T.astype(np.float64)
+    AP = broadcast @ P
+    fresh = []
+    for c, u in enumerate(uploads):
+        op = getattr(u, "operator", None)
+        check_operator_shape(op, f"uploads[{c}].operator")
+        assert isinstance(op, np.ndarray)  # checked above
+        if op.shape != broadcast.shape:
+            raise ValueError(f"uploads[{c}].operator must have shape {broadcast.shape}, got {op.shape}")
+        fresh.append(op @ P - (1.0 - _fresh_weight(u)) * AP)
+    return _replace(out, [np.sum([fresh[c] for c in v], axis=0) / len(v) for v in voters], max_flips)
+
+
+def _replace(out: np.ndarray, products: Sequence[np.ndarray], max_flips: float) -> tuple[np.ndarray, np.ndarray]:
+    """Replace ``out[k]`` (in place) where every product ``F P^T`` gives one certain sign pattern."""
+    N, K = out.shape[1], out.shape[0]
+    P = out.T.astype(np.float64)
     G = P.T @ P / N
-    try:
-        U = scipy.linalg.solve(G, U.T, assume_a="pos").T   # F P^T G^{-1}
-    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
-        pass                                          # singular Gram: the plain projections
-    overlaps = P.T @ np.where(U >= 0.0, 1.0, -1.0) / N   # (K', K'): stored j vs candidate k
+    candidates, certain = [], np.ones(K, dtype=bool)
+    for U in products:
+        try:
+            U = scipy.linalg.solve(G, U.T, assume_a="pos").T   # F P^T G^{-1}
+        except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+            pass                                               # singular Gram: the plain projections
+        au = np.abs(U)
+        spread = au.std(axis=0)
+        snr = np.where(spread > 0.0, au.mean(axis=0) / np.where(spread > 0.0, spread, 1.0), np.inf)
+        flips = N * 0.5 * scipy.special.erfc(snr / math.sqrt(2.0))
+        certain &= flips < max_flips
+        candidates.append(np.where(U > 0.0, 1, np.where(U < 0.0, -1, out.T)).astype(np.int8).T)   # (K', N)
+    x = candidates[0]
+    agree = [all(np.array_equal(c[k], x[k]) for c in candidates[1:]) for k in range(K)]
+    overlaps = P.T @ x.T.astype(np.float64) / N              # (K', K'): stored j vs candidate k
+    changed = np.zeros(K, dtype=np.int64)
     for k in range(K):
-        u = U[:, k]
-        x = np.where(u > 0.0, 1, np.where(u < 0.0, -1, out[k])).astype(np.int8)
-        au = np.abs(u)
-        spread = float(au.std())
-        snr = float(au.mean()) / spread if spread > 0.0 else math.inf
-        flips = N * 0.5 * math.erfc(snr / math.sqrt(2.0))
-        d = int(np.count_nonzero(x != out[k]))
+        d = int(np.count_nonzero(x[k] != out[k]))
         own = overlaps[k, k]
         others = np.delete(np.abs(overlaps[:, k]), k)
-        if d and flips < max_flips and own >= 0.5 and (others.size == 0 or others.max() < own):
-            out[k] = x
+        if d and certain[k] and agree[k] and own >= 0.5 and (others.size == 0 or others.max() < own):
+            out[k] = x[k]
             changed[k] = d
     return out, changed

@@ -637,18 +637,28 @@ def test_privacy_composes_with_adaptive_weight_rules(controller, eps):
     assert np.all((h.weights >= 0) & (h.weights <= 1))
 
 
-def _drift_under_privacy(acceptance):
+def _drift_under_privacy(acceptance, poisoner=False, **kw):
     """Sequential drift of K = 4 archetypes (N = 200, L = 6, M = 200, r = 0.8, 24 rounds), novelty
-    rule, every client under the Gaussian mechanism at 2 x the mean's epsilon threshold."""
+    rule, every client under the Gaussian mechanism at 2 x the mean's epsilon threshold (and a
+    seventh, poisoning client)."""
     from fedlam import data, federation
 
     N, K, L, M, r, T = 200, 4, 6, 200, 0.8, 24
     xi = random_archetypes(K, N, 3)
     sched = data.sequential_drift(T, L, K)
     specs = [federation.ClientSpec(r=r, M=M, mixture=sched[:, c]) for c in range(L)]
+    if poisoner:
+        specs.append(federation.ClientSpec(M=M, kind="poison"))
     eps = 2.0 * P.epsilon_threshold(r, 1 / K, N, M, 1e-5, L=L)
     return federation.run_federation(xi, specs, T, 0, controller="novelty", acceptance=acceptance,
-                                     privacy=P.GaussianMechanism(epsilon=eps, delta=1e-5))
+                                     privacy=P.GaussianMechanism(epsilon=eps, delta=1e-5), **kw)
+
+
+def _exact_after_entry(h, delay):
+    """Every archetype in memory at the end, exact (m = 1) from ``delay`` rounds after it enters."""
+    entered = np.argmax(h.magnetization >= 0.5, axis=0)
+    return bool((h.magnetization[-1] >= 0.5).all()
+                and all(np.all(h.magnetization[e + delay:, k] == 1.0) for k, e in enumerate(entered)))
 
 
 def _stored_exactly_after_entry(h):
@@ -678,12 +688,25 @@ def test_default_acceptance_corrects_drifting_archetypes_under_privacy():
     assert federation.default_acceptance(privacy=P.GaussianMechanism(epsilon=1.0, delta=1e-5)) == "refresh"
     h = _drift_under_privacy(None)
     entered = np.argmax(h.magnetization >= 0.5, axis=0)
-    assert (h.magnetization[-1] >= 0.5).all() and np.all(h.spurious == 0)
-    for k, e in enumerate(entered):
-        assert np.all(h.magnetization[e + 2:, k] == 1.0), (k, h.magnetization[:, k])
+    assert _exact_after_entry(h, 2) and np.all(h.spurious == 0), h.magnetization
     paper = _drift_under_privacy("paper")
     assert np.array_equal(np.argmax(paper.magnetization >= 0.5, axis=0), entered)
     assert np.round(paper.magnetization[-1, 1:], 2).tolist() == [0.97, 0.91, 0.89]
+
+
+def test_private_drifting_federation_with_a_poisoner_under_leave_out_voters():
+    """The same drifting private federation plus a poisoning client, under the support defence
+    with leave-one-out voters: the default server stores the fake in every round; the defence
+    never does, admits each archetype in the round the default does, and its voted refresh
+    (fedlam.refresh.refresh_voted: every leave-one-out mean must be certain) makes every archetype
+    exact three or four rounds later (measured: 3, 3, 4 rounds for archetypes 1-3; two without
+    the poisoner under the default's plain refresh)."""
+    default = _drift_under_privacy(None, poisoner=True)
+    assert np.all(default.spurious[1:] >= 1)
+    h = _drift_under_privacy(None, poisoner=True, defense="support", defense_params={"groups": "leave-out"})
+    assert np.all(h.spurious == 0) and h.k_hat.max() <= 4
+    assert np.array_equal(np.argmax(h.magnetization >= 0.5, axis=0), np.argmax(default.magnetization >= 0.5, axis=0))
+    assert _exact_after_entry(h, 4), h.magnetization
 
 
 # ----------------------------------------------------------------------------------------

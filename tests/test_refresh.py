@@ -145,3 +145,51 @@ def test_echo_weight():
         refresh.echo_weight(ups, np.ones(3) / 3)
     with pytest.raises(ValueError, match="uploads"):
         refresh.echo_weight([])
+
+
+def _blend_uploads(ops, A, w=0.5):
+    from fedlam.protocol import Upload
+
+    return [Upload(w * op + (1 - w) * A, 200, w, 0.36) for op in ops]
+
+
+def test_voted_refresh_needs_every_voter():
+    """Four honest fresh operators holding archetype 0 (stored at m = 0.9) and a fifth upload, a
+    rank-one near-copy of archetype 0 (m = 0.9, other bits). With the honest uploads alone the
+    leave-one-out voters agree and the stored version becomes the archetype; with the copy, the
+    voters that hold it see the copy's bits, the one that leaves it out does not, and the stored
+    version stays. The plain refresh of the five (one voter) writes the copy into the memory."""
+    from fedlam import robust
+
+    rng = np.random.default_rng(6)
+    N = 300
+    xi = data.random_archetypes(2, N, 8)
+    stored = np.vstack([_noisy(xi[0], 0.9, rng), xi[1]])
+    A = operators.pattern_operator(stored)
+    honest = [_fresh(xi, [0.2, 0.2], 0.001, rng) for _ in range(4)]
+    copy = _noisy(xi[0], 0.9, rng)
+    ups = _blend_uploads(honest, A)
+    out, changed = refresh.refresh_voted(ups, A, stored, robust.voting_groups(4, "leave-out"))
+    assert np.array_equal(out, xi.astype(np.int8)) and changed[0] == 15
+    attacked = ups + _blend_uploads([operators.pattern_operator(copy[None])], A, w=1.0)
+    out, changed = refresh.refresh_voted(attacked, A, stored, robust.voting_groups(5, "leave-out"))
+    assert np.array_equal(out[0], stored[0]) and changed[0] == 0
+    plain, _ = refresh.refresh_voted(attacked, A, stored, [list(range(5))])
+    assert np.array_equal(plain[0], copy)
+
+
+def test_voted_refresh_bad_input():
+    N = 40
+    x = data.random_archetypes(2, N, 0)
+    A = operators.pattern_operator(x)
+    ups = _blend_uploads([np.eye(N)], A)
+    with pytest.raises(ValueError, match="voters"):
+        refresh.refresh_voted(ups, A, x, [])
+    with pytest.raises(ValueError, match="voters"):
+        refresh.refresh_voted(ups, A, x, [[0, 1]])
+    with pytest.raises(ValueError, match="uploads"):
+        refresh.refresh_voted([], A, x, [[0]])
+    with pytest.raises(ValueError, match=r"uploads\[0\].operator must have shape"):
+        refresh.refresh_voted(_blend_uploads([np.eye(N + 1)], np.zeros((N + 1, N + 1))), A, x, [[0]])
+    out, changed = refresh.refresh_voted(ups, A, x[:0], [[0]])
+    assert out.shape == (0, N) and changed.shape == (0,)
