@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import scipy.special
 
 from ._validation import _describe, check_in_range, check_operator_shape, check_pm1
 
@@ -176,7 +175,7 @@ def _replace(out: np.ndarray, products: Sequence[np.ndarray], max_flips: float) 
         au = np.abs(U)
         spread = au.std(axis=0)
         snr = np.where(spread > 0.0, au.mean(axis=0) / np.where(spread > 0.0, spread, 1.0), np.inf)
-        flips = N * 0.5 * scipy.special.erfc(snr / math.sqrt(2.0))
+        flips = np.array([N * 0.5 * math.erfc(float(z) / math.sqrt(2.0)) for z in snr])
         certain &= flips < max_flips
         candidates.append(np.where(U > 0.0, 1, np.where(U < 0.0, -1, out.T)).astype(np.int8).T)   # (K', N)
     x = candidates[0]

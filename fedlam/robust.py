@@ -930,12 +930,13 @@ def voting_groups(n_uploads: int, groups: int | str | None, s: int = 2) -> list[
     and the test certifies near the mean's own threshold, where single uploads or small groups
     show nothing. Derived in {ref}`sec-robust-privacy`."""
     n = check_positive_int(n_uploads, "n_uploads")
+    s = check_positive_int(s, "s")
     if groups is None:
         return [[c] for c in range(n)]
     if isinstance(groups, str):
         if groups != LEAVE_OUT:
             raise ValueError(f"groups must be None, an int or {LEAVE_OUT!r}, got {groups!r}")
-        out = min(check_positive_int(s, "s") - 1, n - 1)
+        out = min(s - 1, n - 1)
         return [[c for c in range(n) if c not in gone] for gone in itertools.combinations(range(n), out)]
     G = min(check_positive_int(groups, "groups"), n)
     return [list(range(g, n, G)) for g in range(G)]
@@ -943,7 +944,15 @@ def voting_groups(n_uploads: int, groups: int | str | None, s: int = 2) -> list[
 
 def voting_quorum(n_voters: int, groups: int | str | None, s: int) -> int:
     """Votes a direction needs: ``s``, or every voter with ``groups="leave-out"``."""
-    return n_voters if isinstance(groups, str) else s
+    n = check_positive_int(n_voters, "n_voters")
+    s = check_positive_int(s, "s")
+    if isinstance(groups, str):
+        if groups != LEAVE_OUT:
+            raise ValueError(f"groups must be None, an int or {LEAVE_OUT!r}, got {groups!r}")
+        return n
+    if groups is not None:
+        check_positive_int(groups, "groups")
+    return s
 
 
 def _orth(X: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
