@@ -709,12 +709,8 @@ class Server:
             ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast,
                                   start=start if self.defense == "support" else None)
             rr = self._factorize_robust(ra, rng, weights, start, broadcast)
-            if self.defense_params.get("groups") == robust.LEAVE_OUT and broadcast is not None and broadcast.any():
-                # leave-out voters: the stored patterns refreshed where every voter agrees
-                voters = robust.voting_groups(len(uploads), robust.LEAVE_OUT, self.defense_params["s"])
-                pats, _ = refresh.refresh_voted(uploads, broadcast, rr.patterns, voters)
-                rr = RoundResult(rr.aggregate, rr.result, pats, rr.weights)
-            return rr
+            pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights)
+            return rr if pats is rr.patterns else RoundResult(rr.aggregate, rr.result, pats, rr.weights)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
@@ -747,13 +743,26 @@ class Server:
         if self.client_privacy is not None:  # central variant: noise on the mean (distributed: none)
             J, extra = self.client_privacy.server_release(J, len(uploads), rng)
         result = self._factorize(J, rng, seen, weights, max(16, 2 * broadcast_rank + 8), start, extra)
-        patterns = np.asarray(result.patterns, dtype=np.int8)
-        if broadcast is not None and self.round_acceptance(uploads) == "refresh":
-            check_operator_shape(broadcast, "broadcast")
-            # an empty memory (the zero broadcast of control_round0) has no echo to see past
-            if broadcast.any():
-                patterns, _ = refresh.refresh_patterns(J, broadcast, patterns, refresh.echo_weight(uploads, weights))
+        patterns = self._refresh(uploads, broadcast, np.asarray(result.patterns, dtype=np.int8), J, weights)
         return RoundResult(J, result, patterns, weights)
+
+    def _refresh(self, uploads: Sequence[Upload], broadcast: np.ndarray | None, patterns: np.ndarray,
+                 J: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+        """The stored patterns after this round's refresh (:mod:`fedlam.refresh`), or ``patterns``
+        itself where the server does not refresh: ``acceptance="refresh"`` reads the fresh part of
+        the mean ``J``; the support defence with leave-out voters asks every voter to agree
+        (:func:`fedlam.refresh.refresh_voted`). An empty memory (no broadcast, or the zero
+        broadcast of ``control_round0``) has no echo to see past."""
+        voted = self.defense == "support" and self.defense_params.get("groups") == robust.LEAVE_OUT
+        if broadcast is None or not (voted or (self.defense is None and self.round_acceptance(uploads) == "refresh")):
+            return patterns
+        check_operator_shape(broadcast, "broadcast")
+        if not broadcast.any():
+            return patterns
+        if voted:
+            voters = robust.voting_groups(len(uploads), robust.LEAVE_OUT, self.defense_params["s"])
+            return refresh.refresh_voted(uploads, broadcast, patterns, voters)[0]
+        return refresh.refresh_patterns(J, broadcast, patterns, refresh.echo_weight(uploads, weights))[0]
 
     def _factorize_robust(self, ra: robust.RobustAggregate, rng: np.random.Generator,
                           weights: np.ndarray | None, start: np.ndarray | None = None,
