@@ -25,7 +25,9 @@ it ({ref}`sec-robust-spike`). This module holds the defences the server can run 
     mean of its members' fresh parts against that mean's edge (:func:`voting_groups`,
     :func:`group_threshold`; {ref}`sec-robust-privacy`); with ``{"groups": "leave-out"}`` the
     voters are the means that leave out ``s - 1`` uploads each, and a direction needs all of
-    them (about the mean's noise, and ``k < s`` attackers all miss one voter).
+    them (about the mean's noise, and ``k < s`` attackers all miss one voter); the whole stored
+    span is then memory (:func:`memory_span`), since a voter of one or two uploads certifies no
+    weak stored direction (the weakest of three stored silhouettes, broadcast eigenvalue 0.46).
 ``"median"`` / ``"trimmed"``
     Entrywise median / trimmed mean of the uploads (Yin et al. 2018). The estimator is not
     linear, and its operator has outliers no upload has: ``E[median | x]`` of an entry is an odd
@@ -1385,9 +1387,11 @@ def _complement(G: np.ndarray, d: int) -> np.ndarray:
 def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarray], comps: list,
                    noise_var: float, broadcast: np.ndarray | None, N: int,
                    p: dict, start: np.ndarray | None = None,
-                   span: np.ndarray | None = None) -> tuple[np.ndarray, Spectrum, dict]:
+                   span: np.ndarray | None = None,
+                   stored: np.ndarray | None = None) -> tuple[np.ndarray, Spectrum, dict]:
     """Remove the unsupported detected directions of J (see :func:`aggregate`; ``span``: the
-    stored span of the fresh acceptance, :func:`fresh_aggregate`)."""
+    stored span of the fresh acceptance, :func:`fresh_aggregate`; ``stored``: a stored span that
+    is memory as a whole, :func:`_memory_basis`)."""
     spec, k = _top_spectrum_for(J, comps, noise_var, p["n_sigma"], start)
     details: dict = {"k_hat_mean": k, "removed": 0, "floor": float(spec.values[-1])}
     if k == 0:
@@ -1395,7 +1399,7 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
                        memory_dims=0)
         return J, spec, details
     V = spec.vectors[:, :k]
-    res = _support_in_basis(V, None, uploads, ops, broadcast, N, p, span)
+    res = _support_in_basis(V, None, uploads, ops, broadcast, N, p, span, stored)
     details.update(n_certified=res.n_certified, thresholds=res.thresholds, direction_votes=res.direction_votes,
                    memory_dims=res.memory_dims)
     Gu = res.unsupported
@@ -1515,7 +1519,10 @@ def aggregate(
         if name is None:
             comps, v = khat.components_from_uploads(list(uploads), om, N)
             return RobustAggregate(_checked_mean(ops, om), comps, v, None, {"defense": None})
-        return _supported_mean(uploads, ops, om, broadcast, N, p, start, None, defense="support")
+        # leave-out voters need every voter: the whole stored span is memory (as for the median's
+        # majority count), not only the directions the broadcast's Rayleigh test finds
+        stored = memory_span(broadcast) if p.get("groups") == LEAVE_OUT else None
+        return _supported_mean(uploads, ops, om, broadcast, N, p, start, None, defense="support", stored=stored)
     if name in ("median", "trimmed"):
         if not np.allclose(om, 1.0 / L, rtol=0.0, atol=1e-12):
             raise ValueError(f"defense={name!r} is an unweighted estimator: weights must be None or uniform, "
@@ -1692,14 +1699,16 @@ def _check_start(start: Any, N: int) -> None:
 
 def _supported_mean(uploads: Sequence[Any], ops: Sequence[np.ndarray], om: np.ndarray,
                     broadcast: np.ndarray | None, N: int, p: dict[str, Any], start: np.ndarray | None,
-                    memory: np.ndarray | None, **details: Any) -> RobustAggregate:
+                    memory: np.ndarray | None, stored: np.ndarray | None = None,
+                    **details: Any) -> RobustAggregate:
     """The weighted mean with the directions the support test does not carry flattened: the
     aggregate of ``defense="support"`` and of the fresh acceptance (``memory``: the stored span
-    whose other directions count ``s - 1`` votes, None for the defence); ``details`` are added to
-    the cleaning's details."""
+    whose other directions count ``s - 1`` votes, None for the defence; ``stored``: the stored
+    span counted as memory as a whole, :func:`_memory_basis`); ``details`` are added to the
+    cleaning's details."""
     comps, v = khat.components_from_uploads(list(uploads), om, N)
     J2, spec, det = _support_clean(_checked_mean(ops, om), uploads, ops, comps, v, broadcast, N, p, start,
-                                   memory)
+                                   memory, stored)
     det.update(details)
     return RobustAggregate(J2, comps, v, spec, det)
 

@@ -749,6 +749,43 @@ def test_leave_out_voters_certify_near_the_means_threshold(seed):
     assert np.all(metrics.magnetization(loo.patterns, xi) >= 0.95) and metrics.spurious_count(loo.patterns, xi) == 0
 
 
+@pytest.mark.parametrize("with_poisoner", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_leave_out_voters_keep_the_whole_stored_span(seed, with_poisoner):
+    """A round of a private, partially answered federation (measured on the scenario matrix's
+    leave-out row on silhouettes under drift, rounds 29-30): the three silhouettes are stored
+    (broadcast eigenvalues 0.46, 0.95, 1.59), two clients answer with data of archetypes 1 and 2
+    only (archetype 0 retired), blending the broadcast with weight 0.9, under example-level DP at
+    epsilon 11.4 (2 x one upload's threshold), with or without a poisoner's third upload. Each
+    leave-out voter is then one or two uploads, and none certifies the weakest stored direction;
+    when the memory was only the broadcast's directions above 1/2 (the plain support test's rule),
+    that direction was flattened and the LAM found no stored silhouette in what was left: the
+    memory emptied (0 patterns in every seed, with and without the poisoner). The whole stored span
+    is memory under leave-out voters (robust.memory_span), so all three stay, the fake does not
+    enter."""
+    from fedlam import metrics, privacy
+    from fedlam.federation import Server
+
+    xi = data.structured_archetypes()
+    N = xi.shape[1]
+    A = operators.pattern_operator(xi)
+    assert np.linalg.eigvalsh(A)[-3] < 0.5                      # a stored direction below 1/2
+    mech = privacy.GaussianMechanism(epsilon=11.4, delta=1e-5)
+    ups = []
+    for c in range(2):
+        X, _ = data.sample_examples(xi, 200, 0.85, np.array([0.0, 0.5, 0.5]), rng=100 * seed + c)
+        B, sig = mech.apply(operators.hebbian(X), 200, np.random.default_rng(1000 * seed + c))
+        ups.append(Upload(0.1 * B + 0.9 * A, 200, 0.1, 1 - 0.85 ** 2, dp_sigma=sig))
+    fake = fake_of(5, N)
+    if with_poisoner:
+        ups.append(poison_upload(fake, 200, 0.85))
+    rr = Server(defense="support", defense_params={"groups": "leave-out"}).round(
+        ups, np.random.default_rng(seed), broadcast=A)
+    assert rr.patterns.shape[0] == 3
+    assert np.all(metrics.magnetization(rr.patterns, xi) == 1.0)
+    assert not any(abs(int(p.astype(int) @ fake.astype(int))) >= 0.9 * N for p in rr.patterns)
+
+
 def test_group_threshold_is_the_edge_of_a_mean_of_noise_uploads():
     """The threshold of a group of g uploads is the edge of the mean of their fresh parts: g
     uploads of uniform +-1 examples (no archetype) plus Gaussian privacy noise, 30 draws; the

@@ -12,6 +12,7 @@ from _scenarios import (
     AXES,
     DELTA,
     KNOWN_FAILURES,
+    LEAVE_OUT_ROWS,
     N_RANDOM,
     POISON,
     ROWS,
@@ -19,12 +20,16 @@ from _scenarios import (
     M,
     R,
     T,
+    build_leave_out_row,
     build_row,
     label,
+    leave_out_epsilon,
+    leave_out_label,
     pairwise_rows,
     row_archetypes,
     row_epsilon,
     row_schedule,
+    run_leave_out_row,
     run_row,
     violations,
 )
@@ -87,6 +92,27 @@ def test_a_retired_archetype_is_kept_nearer_the_privacy_threshold():
     kw["privacy"] = privacy.GaussianMechanism(epsilon=2.9, delta=DELTA)
     hist = federation.run_federation(xi, specs, T, 110, **kw)
     assert violations(row, hist, xi, sched) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", range(len(LEAVE_OUT_ROWS)), ids=leave_out_label)
+def test_leave_out_row_invariants(i):
+    """The certified private setting (support defence, leave-out voters) composed with the other
+    axes, at 3 x the threshold of the weakest voter's honest evidence: every invariant holds."""
+    xi, _, sched, _ = build_leave_out_row(LEAVE_OUT_ROWS[i])
+    assert violations(LEAVE_OUT_ROWS[i], run_leave_out_row(i), xi, sched) == []
+
+
+def test_leave_out_rows_cover_the_other_axes():
+    """The leave-out rows take every value of every axis but the defence (theirs) and privacy
+    (always on: the setting is for private federations), the honest-only clients aside (an
+    attacker or a noise client in each row); their epsilon is below one upload's row epsilon."""
+    for axis in ("archetypes", "schedule", "weight", "participation"):
+        assert {r[axis] for r in LEAVE_OUT_ROWS} == set(AXES[axis]), axis
+    assert {r["clients"] for r in LEAVE_OUT_ROWS} == set(AXES["clients"]) - {"honest"}
+    for r in LEAVE_OUT_ROWS:
+        N = row_archetypes(r["archetypes"]).shape[1]
+        assert leave_out_epsilon(r, N) < row_epsilon(N)
 
 
 def test_known_failures_name_real_rows():
