@@ -88,13 +88,15 @@ def test_flower_plan_with_privacy_and_voting_groups(groups):
 
 
 @pytest.mark.slow
-def test_private_groups_on_flower(tmp_path):
-    """Its first rounds on Flower (127.0.0.1) give the in-process history."""
+@pytest.mark.parametrize("groups", [2, "leave-out"])
+def test_private_groups_on_flower(tmp_path, groups):
+    """Its first rounds on Flower (127.0.0.1) give the in-process history, with groups and with
+    leave-out voters (whose server also refreshes the stored patterns from the voters)."""
     pytest.importorskip("flwr")
     from fedlam.flower import history
     from fedlam.flower.local import run
 
-    _, _, _, rc, nodes = _private_groups_plan(3)
+    _, _, _, rc, nodes = _private_groups_plan(3, groups)
     hist = run(rc, nodes, tmp_path, timeout=900, figures=False, echo=lambda *_: None)
     assert hist["flower"]["status"] == "finished:completed"
     cmp = history.compare(hist, history.reference_history(rc, nodes))
