@@ -933,14 +933,13 @@ def voting_groups(n_uploads: int, groups: int | str | None, s: int = 2) -> list[
     show nothing. Derived in {ref}`sec-robust-privacy`."""
     n = check_positive_int(n_uploads, "n_uploads")
     s = check_positive_int(s, "s")
+    groups = _check_groups(groups)
     if groups is None:
         return [[c] for c in range(n)]
-    if isinstance(groups, str):
-        if groups != LEAVE_OUT:
-            raise ValueError(f"groups must be None, an int or {LEAVE_OUT!r}, got {groups!r}")
+    if groups == LEAVE_OUT:
         out = min(s - 1, n - 1)
         return [[c for c in range(n) if c not in gone] for gone in itertools.combinations(range(n), out)]
-    G = min(check_positive_int(groups, "groups"), n)
+    G = min(int(groups), n)
     return [list(range(g, n, G)) for g in range(G)]
 
 
@@ -948,13 +947,16 @@ def voting_quorum(n_voters: int, groups: int | str | None, s: int) -> int:
     """Votes a direction needs: ``s``, or every voter with ``groups="leave-out"``."""
     n = check_positive_int(n_voters, "n_voters")
     s = check_positive_int(s, "s")
+    return n if _check_groups(groups) == LEAVE_OUT else s
+
+
+def _check_groups(groups: Any) -> int | str | None:
+    """``groups`` of :func:`voting_groups` checked: None, a positive int or ``"leave-out"``."""
     if isinstance(groups, str):
         if groups != LEAVE_OUT:
             raise ValueError(f"groups must be None, an int or {LEAVE_OUT!r}, got {groups!r}")
-        return n
-    if groups is not None:
-        check_positive_int(groups, "groups")
-    return s
+        return groups
+    return None if groups is None else check_positive_int(groups, "groups")
 
 
 def _orth(X: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
