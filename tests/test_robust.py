@@ -786,42 +786,55 @@ def test_leave_out_voters_keep_the_whole_stored_span(seed, with_poisoner):
     assert not any(abs(int(p.astype(int) @ fake.astype(int))) >= 0.9 * N for p in rr.patterns)
 
 
-@pytest.mark.parametrize("factor", [
-    None, 6,
-    pytest.param(3, marks=pytest.mark.xfail(strict=True, reason=(
-        "measured 2026-11-28: at 3 x the mean's threshold the fake is stored in all three seeds and "
-        "an archetype is lost (best overlaps [0.17, 0.85, 0.96, 0.96], [0.15, 0.89, 0.96, 0.91], "
-        "[1.0, 0.16, 0.08, 0.21]): the 15 voters that leave out two honest clients hold the fake at "
-        "1/3 and certify it with only three of the four archetype dimensions, and a direction mixing "
-        "the fake into the archetypes' span passes every voter's fraction rho")))])
-def test_leave_two_out_voters_keep_two_colluders_out(factor):
-    """s = 3 with leave-out voters (each the mean of all uploads but two): two poisoners sending the
-    same fake among six honest clients (N = 200, K = 4, M = 200, r = 0.8) are both missing from
-    one voter, so the fake never has every vote. Without privacy and at 6 x the mean's epsilon
-    threshold the server keeps the four archetypes exactly and not the fake; at 3 x (strict xfail)
-    it does not: a voter that leaves out two honest clients has too little evidence for all four
-    archetypes next to the colluders' doubled fake."""
+def _colluders_round(factor, seed):
+    """One round: six honest clients (N = 200, K = 4, M = 200, r = 0.8), under the Gaussian
+    mechanism at ``factor`` x the mean's epsilon threshold (None: no privacy), and two poisoners
+    sending the same fake, against the support defence with leave-two-out voters (s = 3)."""
     from fedlam import privacy
     from fedlam.federation import Server
 
     N, K, L, M, r = 200, 4, 6, 200, 0.8
     xi = data.random_archetypes(K, N, 3)
     fake = fake_of(5, N)
+    rng = np.random.default_rng(seed)
+    ups = []
+    for c in range(L):
+        X, _ = data.sample_examples(xi, M, r, np.ones(K) / K, rng=100 * seed + c)
+        Z, sig = operators.hebbian(X), 0.0
+        if factor is not None:
+            eps = factor * privacy.epsilon_threshold(r, 1 / K, N, M, 1e-5, L=L)
+            Z, sig = privacy.GaussianMechanism(epsilon=eps, delta=1e-5).apply(Z, M, rng)
+        ups.append(Upload(Z, M, 1.0, 1 - r * r, dp_sigma=sig))
+    ups += [poison_upload(fake, M, r) for _ in range(2)]
+    rr = Server(defense="support", defense_params={"groups": "leave-out", "s": 3}).round(
+        ups, np.random.default_rng(0))
+    has_fake = any(abs(int(p.astype(int) @ fake.astype(int))) >= 0.9 * N for p in rr.patterns)
+    exact = rr.patterns.shape[0] == K and bool(np.all(np.abs(rr.patterns.astype(float) @ xi.T.astype(float)).max(0) == N))
+    return has_fake, exact
+
+
+@pytest.mark.parametrize("factor", [None, 12, 6, 3])
+def test_leave_two_out_voters_keep_two_colluders_out(factor):
+    """s = 3 with leave-out voters (each the mean of all uploads but two): the two colluders are
+    both missing from one voter, so their fake never has every vote, down to 3 x the mean's
+    epsilon threshold. Until a direction's residual had to pass every voter itself, the fake was
+    stored at 3 x in all three seeds: a direction mixing it into an archetype direction passed, and
+    its residual (fake fraction 0.61) entered the supported basis although the voter without the
+    colluders held it at 0.55 (robust._support_in_basis)."""
     for seed in range(3):
-        rng = np.random.default_rng(seed)
-        ups = []
-        for c in range(L):
-            X, _ = data.sample_examples(xi, M, r, np.ones(K) / K, rng=100 * seed + c)
-            Z, sig = operators.hebbian(X), 0.0
-            if factor is not None:
-                eps = factor * privacy.epsilon_threshold(r, 1 / K, N, M, 1e-5, L=L)
-                Z, sig = privacy.GaussianMechanism(epsilon=eps, delta=1e-5).apply(Z, M, rng)
-            ups.append(Upload(Z, M, 1.0, 1 - r * r, dp_sigma=sig))
-        ups += [poison_upload(fake, M, r) for _ in range(2)]
-        rr = Server(defense="support", defense_params={"groups": "leave-out", "s": 3}).round(
-            ups, np.random.default_rng(0))
-        assert not any(abs(int(p.astype(int) @ fake.astype(int))) >= 0.9 * N for p in rr.patterns), seed
-        assert rr.patterns.shape[0] == K and np.all(np.abs(rr.patterns.astype(float) @ xi.T.astype(float)).max(0) == N)
+        has_fake, exact = _colluders_round(factor, seed)
+        assert not has_fake, seed
+        if factor is None or factor >= 6:
+            assert exact, seed
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured 2026-11-28: at 3 x the mean's threshold the fake stays out but archetypes are lost "
+    "(best overlaps [0.1, 0.17, 0.96, 0.96], nothing stored, [1.0, 0.06, 0.08, 0.03] in seeds 0-2): "
+    "the 15 voters that leave out two honest clients hold the colluders' fake at 1/3 and certify only "
+    "three of the four archetype dimensions, and a direction needs every voter"))
+def test_leave_two_out_voters_keep_the_archetypes_next_to_two_colluders_near_the_threshold():
+    assert all(_colluders_round(3, seed)[1] for seed in range(3))
 
 
 def test_group_threshold_is_the_edge_of_a_mean_of_noise_uploads():
