@@ -6,7 +6,9 @@ of the K archetypes at w = 0.5 (the fresh acceptance then subtracts it from ever
 Under example-level DP (every client's fresh operator noised by the Gaussian mechanism at
 epsilon = 4 before the blend) the default acceptance is "refresh": the paper's, then every stored
 pattern rewritten from the fresh part of the mean (fedlam.refresh); its later round is timed
-against the paper's on the same noised uploads.
+against the paper's on the same noised uploads, and so is the certified private setting: the
+support defence with leave-out voters (defense_params={"groups": "leave-out"}), which also
+refreshes the stored patterns where every voter agrees.
 Times are the best of 5 interleaved runs, as ratios measured in the same run.
 
 Run:  python benchmarks/bench_acceptance.py
@@ -41,14 +43,16 @@ def main() -> None:
     Js = aggregate(ops)
     out = {}
 
-    def run(name, acceptance, uploads, broadcast):
+    def run(name, acceptance, uploads, broadcast, **server):
         def f():
-            out[name] = Server(acceptance=acceptance).round(uploads, np.random.default_rng(0), broadcast=broadcast)
+            srv = Server(acceptance=acceptance, **server)
+            out[name] = srv.round(uploads, np.random.default_rng(0), broadcast=broadcast)
         return f
 
     fns = {"paper, round 0": run("p0", "paper", first, None), "fresh, round 0": run("f0", "fresh", first, None),
            "paper, with broadcast": run("p1", "paper", later, A), "fresh, with broadcast": run("f1", "fresh", later, A),
            "paper, DP": run("pd", "paper", noised, A), "default, DP": run("dd", dp_default, noised, A),
+           "leave-out, DP": run("ld", None, noised, A, defense="support", defense_params={"groups": "leave-out"}),
            "eigh": lambda: np.linalg.eigh(Js)}
     t = best_of(fns, repeats=5)
     print(f"N = {N}, K = {K}, L = {L} clients x M_c = {M_c} examples, r = {r}")
@@ -65,6 +69,10 @@ def main() -> None:
           f"({td / t['eigh']:.2f} x eigh) = {td / tp:.2f} x paper; patterns paper/default "
           f"{out['pd'].patterns.shape[0]}/{out['dd'].patterns.shape[0]}, spurious "
           f"{spurious_count(out['pd'].patterns, xi)}/{spurious_count(out['dd'].patterns, xi)}")
+    tl = t["leave-out, DP"]
+    print(f"DP, broadcast  : support with leave-out voters {tl:6.3f} s ({tl / t['eigh']:.2f} x eigh) = "
+          f"{tl / tp:.2f} x paper; patterns {out['ld'].patterns.shape[0]}, spurious "
+          f"{spurious_count(out['ld'].patterns, xi)}")
 
 
 if __name__ == "__main__":
