@@ -464,6 +464,21 @@ def test_fresh_acceptance_ends_drift_without_junk():
     assert mix[-1, 0, 0] < 1e-3 and h.magnetization[-1, 0] == 1.0
 
 
+def test_leave_out_voters_end_drift_without_junk():
+    """The same setting (seed 1) under the support defence with leave-out voters, the certified
+    private setting (here without privacy): no duplicate is ever admitted, K-hat never exceeds K,
+    and every archetype, the retired ones included, is stored exactly at the end. It held before
+    and after the whole stored span became the leave-out memory (robust.aggregate); this guards it."""
+    T, K, n_clients = 24, 4, 3
+    xi = data.random_archetypes(K, 784, 1)
+    mix = data.sequential_drift(T, n_clients, K)
+    specs = [F.ClientSpec(r=0.8, M=250, mixture=np.ascontiguousarray(mix[:, c])) for c in range(n_clients)]
+    h = F.run_federation(xi, specs, T, 1, controller="novelty", defense="support",
+                         defense_params={"groups": "leave-out"})
+    assert np.all(h.spurious == 0) and h.k_hat.max() <= K
+    assert np.all(h.magnetization[-1] == 1.0)
+
+
 def test_fresh_acceptance_composes():
     """acceptance="fresh" runs with privacy, partial participation with dropouts, a poisoner under
     defense="support", and a constant weight; refused combinations raise (see the argument checks)."""
