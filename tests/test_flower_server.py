@@ -266,9 +266,11 @@ def test_round_without_any_upload_fails_the_run_unless_skipping_is_allowed(tmp_p
         _serve(rc, nodes, fail)
     saved = history.load(tmp_path)
     assert "round 1 got no upload" in saved["failed"] and len(saved["rounds"]) == 2
+    assert "waiting" not in saved  # written while a round waits, gone once it has its answers
     assert saved["rounds"][1]["errors"] == {str(c): "simulated failure" for c in range(L)}
     h, _, _ = _serve(dict(rc, **{"skip-empty-rounds": True}), nodes, fail)
     assert [r["skipped"] for r in h["rounds"]] == [False, True, False] and "failed" not in h
+    assert "waiting" not in h and "waiting" not in history.load(tmp_path)
 
 
 @pytest.mark.parametrize("server_kw, passed", [({}, True), ({"defense": "support"}, True),

@@ -213,7 +213,11 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         reqs = {avail[i]: messages.round_request(t, L, N, rc.precision, rc.rank, patterns) for i in sample.asked}
         sent = sum(messages.payload_bytes(c) for c in reqs.values())
         node_errors: dict[int, str] = {}
+        if out_path is not None:  # who the round waits for, should the run be stopped while it waits
+            hist["waiting"] = {"t": t, "asked": list(sample.asked), "round_timeout": rc.round_timeout}
+            _write_json(out_path, hist)
         replies = _exchange(grid, reqs, rc.round_timeout, log, str(t), errors=node_errors)
+        hist.pop("waiting", None)
         received = sum(messages.payload_bytes(c) for c in replies.values())
         uploads: dict[int, tuple] = {}
         for i in sample.answered:  # simulated drop-outs are discarded here, as in run_federation

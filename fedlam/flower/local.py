@@ -336,7 +336,10 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
         except FlowerError as exc:
             failed = _failure_in_history(hist_path)
             if failed is None:
-                raise
+                waiting = _waiting_in_history(hist_path)
+                if waiting is None:
+                    raise
+                raise FlowerError(f"{exc}: {waiting}. The sites' logs are in {out / 'logs'}") from exc
             raise FlowerError(f"{failed}. The sites' logs are in {out / 'logs'}") from exc
         dead = [i for i in fed.dead_nodes() if i not in killed]
     hist = load(hist_path)
@@ -359,6 +362,22 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
 
         save_history_figures(hist, out)
     return hist
+
+
+def _waiting_in_history(path: Path) -> str | None:
+    """What the ServerApp was waiting for when it was stopped, if history.json records it."""
+    from .history import load
+
+    try:
+        w = load(path).get("waiting") if path.exists() else None
+    except (json.JSONDecodeError, OSError):
+        return None
+    if not w:
+        return None
+    limit = ("--round-timeout 0 waits for every asked site; a positive --round-timeout ends the "
+             "round without the missing ones" if not w.get("round_timeout") else
+             f"--round-timeout was {w['round_timeout']:g} s")
+    return f"round {w['t']} was still waiting for the uploads of clients {w['asked']} ({limit})"
 
 
 def _failure_in_history(path: Path) -> str | None:
