@@ -36,7 +36,7 @@ import functools
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -710,7 +710,7 @@ class Server:
                                   start=start if self.defense == "support" else None)
             rr = self._factorize_robust(ra, rng, weights, start, broadcast)
             pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights)
-            return rr if pats is rr.patterns else RoundResult(rr.aggregate, rr.result, pats, rr.weights)
+            return rr if pats is rr.patterns else replace(rr, patterns=pats)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
@@ -754,7 +754,8 @@ class Server:
         (:func:`fedlam.refresh.refresh_voted`). An empty memory (no broadcast, or the zero
         broadcast of ``control_round0``) has no echo to see past."""
         voted = self.defense == "support" and self.defense_params.get("groups") == robust.LEAVE_OUT
-        if broadcast is None or not (voted or (self.defense is None and self.round_acceptance(uploads) == "refresh")):
+        # (a defence never runs the "refresh" acceptance: the constructor refuses the pair)
+        if broadcast is None or not (voted or self.round_acceptance(uploads) == "refresh"):
             return patterns
         check_operator_shape(broadcast, "broadcast")
         if not broadcast.any():

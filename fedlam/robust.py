@@ -766,7 +766,7 @@ def majority_spike_count(operator: np.ndarray, uploads: Sequence[Any], n_sigma: 
     Q = np.ascontiguousarray(spec.vectors[:, :d])
     # the memory is the whole stored span (not the broadcast's directions above 1/2, as for the
     # support defence): see the docstring
-    res = _support_in_basis(Q, None, uploads, ops, broadcast, N, p, stored=Qm)
+    res = _support_in_basis(Q, None, uploads, ops, broadcast, N, p, _StoredSpan(Qm, whole=True))
     # the LAM takes the operator's leading directions: count them in order while the larger part
     # of each lies in the supported subspace (the first that does not ends the count)
     frac = np.einsum("ij,ij->i", res.supported, res.supported)
@@ -1209,17 +1209,32 @@ def _sth_fraction(frac: np.ndarray, X: np.ndarray, Gm: np.ndarray, s: int,
     return -np.sort(-allf, axis=1)[:, s - 1]
 
 
+@dataclass(frozen=True)
+class _StoredSpan:
+    """How the support test counts the stored patterns' span ``span`` ((N, r), :func:`memory_span`).
+
+    ``whole=True``: the whole span is memory (leave-out voters and the upload-count rule, where
+    every voter must hold a direction and a weak stored direction would otherwise be flattened);
+    ``whole=False``: the fresh acceptance's rule -- the broadcast's directions above 1/2 are
+    memory, the rest of the span counts ``s - 1`` votes, and merged groups of stored patterns are
+    snapped back to one of them (:func:`_snap_to_stored`).
+    """
+
+    span: np.ndarray
+    whole: bool
+
+
 def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Sequence[Any],
                       ops: Sequence[np.ndarray], broadcast: np.ndarray | None, N: int,
-                      p: dict, span: np.ndarray | None = None,
-                      stored: np.ndarray | None = None) -> SupportResult:
+                      p: dict, stored: _StoredSpan | None = None) -> SupportResult:
     d = Q.shape[1]
     s, rho = p["s"], p["rho"]
     P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"), s)
     s = voting_quorum(len(P), p.get("groups"), s)
-    Gm = _memory_basis(Q, broadcast, stored)
-    # the fresh acceptance (span given, s >= 2): the rest of the stored span counts s - 1 votes
-    Gw = _weak_memory_basis(Q, span, Gm) if (span is not None and broadcast is not None and s >= 2) else None
+    Gm = _memory_basis(Q, broadcast, stored.span if stored is not None and stored.whole else None)
+    # the fresh acceptance (s >= 2): the rest of the stored span counts s - 1 votes
+    Gw = (_weak_memory_basis(Q, stored.span, Gm)
+          if stored is not None and not stored.whole and broadcast is not None and s >= 2 else None)
     X = _candidate_directions(P if Gw is None or not Gw.shape[1] else [*P, Gw], Gm, s, rho, d)
     dfrac, dvotes = _vote_counts(X, P, Gm, s, rho, Gw)
     # rank the candidates by their s-th largest fraction (the memory counting s times): it is
@@ -1398,11 +1413,9 @@ def _complement(G: np.ndarray, d: int) -> np.ndarray:
 def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarray], comps: list,
                    noise_var: float, broadcast: np.ndarray | None, N: int,
                    p: dict, start: np.ndarray | None = None,
-                   span: np.ndarray | None = None,
-                   stored: np.ndarray | None = None) -> tuple[np.ndarray, Spectrum, dict]:
-    """Remove the unsupported detected directions of J (see :func:`aggregate`; ``span``: the
-    stored span of the fresh acceptance, :func:`fresh_aggregate`; ``stored``: a stored span that
-    is memory as a whole, :func:`_memory_basis`)."""
+                   stored: _StoredSpan | None = None) -> tuple[np.ndarray, Spectrum, dict]:
+    """Remove the unsupported detected directions of J (see :func:`aggregate`; ``stored``: how
+    the stored span counts, :class:`_StoredSpan`)."""
     spec, k = _top_spectrum_for(J, comps, noise_var, p["n_sigma"], start)
     details: dict = {"k_hat_mean": k, "removed": 0, "floor": float(spec.values[-1])}
     if k == 0:
@@ -1410,7 +1423,7 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
                        memory_dims=0)
         return J, spec, details
     V = spec.vectors[:, :k]
-    res = _support_in_basis(V, None, uploads, ops, broadcast, N, p, span, stored)
+    res = _support_in_basis(V, None, uploads, ops, broadcast, N, p, stored)
     details.update(n_certified=res.n_certified, thresholds=res.thresholds, direction_votes=res.direction_votes,
                    memory_dims=res.memory_dims)
     Gu = res.unsupported
@@ -1424,8 +1437,8 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
     # supported subspace (projector Ps), put the bulk level on the unsupported one (Pu), and
     # drop the cross terms: H' = Ps diag(lam_k) Ps + floor Pu; outside span V nothing changes.
     Gs = res.supported
-    if span is not None and span.shape[1] and Gs.shape[1]:
-        Gs, Gu = _snap_to_stored(Gs, Gu, V, span, uploads, ops, broadcast, p["rho"])
+    if stored is not None and not stored.whole and stored.span.shape[1] and Gs.shape[1]:
+        Gs, Gu = _snap_to_stored(Gs, Gu, V, stored.span, uploads, ops, broadcast, p["rho"])
     Ps = Gs @ Gs.T
     Pu = Gu @ Gu.T
     Hk = Ps @ (lam_k[:, None] * Ps) + floor * Pu
@@ -1532,8 +1545,9 @@ def aggregate(
             return RobustAggregate(_checked_mean(ops, om), comps, v, None, {"defense": None})
         # leave-out voters need every voter: the whole stored span is memory (as for the median's
         # majority count), not only the directions the broadcast's Rayleigh test finds
-        stored = memory_span(broadcast) if p.get("groups") == LEAVE_OUT else None
-        return _supported_mean(uploads, ops, om, broadcast, N, p, start, None, defense="support", stored=stored)
+        span = memory_span(broadcast) if p.get("groups") == LEAVE_OUT else None
+        stored = None if span is None else _StoredSpan(span, whole=True)
+        return _supported_mean(uploads, ops, om, broadcast, N, p, start, stored, defense="support")
     if name in ("median", "trimmed"):
         if not np.allclose(om, 1.0 / L, rtol=0.0, atol=1e-12):
             raise ValueError(f"defense={name!r} is an unweighted estimator: weights must be None or uniform, "
@@ -1675,7 +1689,9 @@ def fresh_aggregate(
     om = _check_weights(weights, len(ops))
     broadcast = _check_broadcast(broadcast, N)
     _check_start(start, N)
-    return _supported_mean(uploads, ops, om, broadcast, N, p, start, memory_span(broadcast),
+    span = memory_span(broadcast)
+    stored = None if span is None else _StoredSpan(span, whole=False)
+    return _supported_mean(uploads, ops, om, broadcast, N, p, start, stored,
                            defense=None, acceptance="fresh", s=s)
 
 
@@ -1710,16 +1726,14 @@ def _check_start(start: Any, N: int) -> None:
 
 def _supported_mean(uploads: Sequence[Any], ops: Sequence[np.ndarray], om: np.ndarray,
                     broadcast: np.ndarray | None, N: int, p: dict[str, Any], start: np.ndarray | None,
-                    memory: np.ndarray | None, stored: np.ndarray | None = None,
-                    **details: Any) -> RobustAggregate:
+                    stored: _StoredSpan | None, **details: Any) -> RobustAggregate:
     """The weighted mean with the directions the support test does not carry flattened: the
-    aggregate of ``defense="support"`` and of the fresh acceptance (``memory``: the stored span
-    whose other directions count ``s - 1`` votes, None for the defence; ``stored``: the stored
-    span counted as memory as a whole, :func:`_memory_basis`); ``details`` are added to the
-    cleaning's details."""
+    aggregate of ``defense="support"`` and of the fresh acceptance (``stored``: how the stored
+    span counts, :class:`_StoredSpan`; None: only the broadcast's directions above 1/2 are
+    memory); ``details`` are added to the cleaning's details."""
     comps, v = khat.components_from_uploads(list(uploads), om, N)
     J2, spec, det = _support_clean(_checked_mean(ops, om), uploads, ops, comps, v, broadcast, N, p, start,
-                                   memory, stored)
+                                   stored)
     det.update(details)
     return RobustAggregate(J2, comps, v, spec, det)
 

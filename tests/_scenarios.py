@@ -213,10 +213,15 @@ def violations(row: dict, hist: federation.History, xi: np.ndarray, sched: np.nd
 KNOWN_FAILURES: dict[int, str] = {}
 
 
+def run_built(built: tuple[np.ndarray, list, np.ndarray, dict], seed: int) -> federation.History:
+    """``run_federation`` over T rounds of a built row (:func:`build_row`)."""
+    xi, specs, _, kw = built
+    return federation.run_federation(xi, specs, T, seed, **kw)
+
+
 @functools.cache
 def run_row(i: int) -> federation.History:
-    xi, specs, _, kw = build_row(ROWS[i])
-    return federation.run_federation(xi, specs, T, 100 + i, **kw)
+    return run_built(build_row(ROWS[i]), 100 + i)
 
 
 def label(i: int) -> str:
@@ -271,8 +276,7 @@ def build_leave_out_row(row: dict, T: int = T) -> tuple[np.ndarray, list, np.nda
 
 @functools.cache
 def run_leave_out_row(i: int) -> federation.History:
-    xi, specs, _, kw = build_leave_out_row(LEAVE_OUT_ROWS[i])
-    return federation.run_federation(xi, specs, T, 200 + i, **kw)
+    return run_built(build_leave_out_row(LEAVE_OUT_ROWS[i]), 200 + i)
 
 
 def leave_out_label(i: int) -> str:
