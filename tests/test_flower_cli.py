@@ -107,6 +107,14 @@ def test_bad_option_as_a_process_no_flower_child(tmp_path):
     assert not [c for c in seen if "flower-" in c or "flwr" in c], seen
 
 
+def _logs_tail(logs, chars: int = 1500) -> str:
+    """The last ``chars`` characters of every log of a local federation (for a failure message)."""
+    if not logs.is_dir():
+        return "\n(no logs directory)"
+    return "".join(f"\n--- {f.name} ---\n{f.read_text(errors='replace')[-chars:]}"
+                   for f in sorted(logs.iterdir()) if f.is_file())
+
+
 @pytest.mark.slow
 def test_federation_whose_clientapps_all_fail_exits_nonzero(tmp_path, capsys, monkeypatch):
     """Every ClientApp raises (a privacy option that slipped past the checks): the command must
@@ -134,9 +142,10 @@ def test_federation_whose_clientapps_all_fail_exits_nonzero(tmp_path, capsys, mo
     rc = local.main([*BASE, "--rounds", "1", "--out", str(out), "--no-figures", "--timeout", "600",
                      "--round-timeout", "240"])
     captured = capsys.readouterr()
-    assert rc == 1, captured.err
+    why = captured.err + _logs_tail(out / "logs")  # the sites' side too, should this fail again
+    assert rc == 1, why
     assert "done" not in captured.out
-    assert "round 0 got no upload" in captured.err and "epsilon" in captured.err, captured.err
+    assert "round 0 got no upload" in captured.err and "epsilon" in captured.err, why
     rec = json.loads((out / "history.json").read_text())["rounds"][0]
     # no site uploaded; the errors that reached the server all name the bad epsilon
     assert rec["answered"] == [] and rec["lost"] == [0, 1] and rec["errors"], rec
