@@ -167,11 +167,9 @@ def _replace(out: np.ndarray, products: Sequence[np.ndarray], max_flips: float) 
     P = out.T.astype(np.float64)
     G = P.T @ P / N
     try:
-        # the K' x K' inverse once, then one small product per voter: a LAPACK solve with N
-        # right-hand sides (scipy.linalg.solve, cho_solve) took 3-20 ms here right after the
-        # round's large BLAS calls, against 0.1 ms alone
-        scipy.linalg.cho_factor(G)                             # refuses a singular Gram
-        Ginv = np.linalg.inv(G)
+        # G^{-1} once (Cholesky: refuses a singular Gram), then one small product per voter; a
+        # solve with N right-hand sides per voter took 3-20 ms after the round's large BLAS calls
+        Ginv = scipy.linalg.cho_solve(scipy.linalg.cho_factor(G), np.eye(K))
         Ginv = 0.5 * (Ginv + Ginv.T)
     except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
         Ginv = None                                            # singular Gram: the plain projections

@@ -1223,6 +1223,22 @@ class _StoredSpan:
     span: np.ndarray
     whole: bool
 
+    @classmethod
+    def of(cls, broadcast: np.ndarray | None, whole: bool) -> _StoredSpan | None:
+        """The rule for the broadcast's stored span (None without a broadcast)."""
+        span = memory_span(broadcast)
+        return None if span is None else cls(span, whole)
+
+    @property
+    def whole_span(self) -> np.ndarray | None:
+        """The span when it counts as memory as a whole, else None."""
+        return self.span if self.whole else None
+
+    @property
+    def weak_span(self) -> np.ndarray | None:
+        """The span under the fresh acceptance's weak rule, else None."""
+        return None if self.whole else self.span
+
 
 def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Sequence[Any],
                       ops: Sequence[np.ndarray], broadcast: np.ndarray | None, N: int,
@@ -1231,10 +1247,10 @@ def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Seq
     s, rho = p["s"], p["rho"]
     P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"), s)
     s = voting_quorum(len(P), p.get("groups"), s)
-    Gm = _memory_basis(Q, broadcast, stored.span if stored is not None and stored.whole else None)
+    Gm = _memory_basis(Q, broadcast, None if stored is None else stored.whole_span)
     # the fresh acceptance (s >= 2): the rest of the stored span counts s - 1 votes
-    Gw = (_weak_memory_basis(Q, stored.span, Gm)
-          if stored is not None and not stored.whole and broadcast is not None and s >= 2 else None)
+    weak = None if stored is None else stored.weak_span
+    Gw = _weak_memory_basis(Q, weak, Gm) if (weak is not None and broadcast is not None and s >= 2) else None
     X = _candidate_directions(P if Gw is None or not Gw.shape[1] else [*P, Gw], Gm, s, rho, d)
     dfrac, dvotes = _vote_counts(X, P, Gm, s, rho, Gw)
     # rank the candidates by their s-th largest fraction (the memory counting s times): it is
@@ -1437,8 +1453,9 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
     # supported subspace (projector Ps), put the bulk level on the unsupported one (Pu), and
     # drop the cross terms: H' = Ps diag(lam_k) Ps + floor Pu; outside span V nothing changes.
     Gs = res.supported
-    if stored is not None and not stored.whole and stored.span.shape[1] and Gs.shape[1]:
-        Gs, Gu = _snap_to_stored(Gs, Gu, V, stored.span, uploads, ops, broadcast, p["rho"])
+    weak = None if stored is None else stored.weak_span
+    if weak is not None and weak.shape[1] and Gs.shape[1]:
+        Gs, Gu = _snap_to_stored(Gs, Gu, V, weak, uploads, ops, broadcast, p["rho"])
     Ps = Gs @ Gs.T
     Pu = Gu @ Gu.T
     Hk = Ps @ (lam_k[:, None] * Ps) + floor * Pu
@@ -1545,8 +1562,7 @@ def aggregate(
             return RobustAggregate(_checked_mean(ops, om), comps, v, None, {"defense": None})
         # leave-out voters need every voter: the whole stored span is memory (as for the median's
         # majority count), not only the directions the broadcast's Rayleigh test finds
-        span = memory_span(broadcast) if p.get("groups") == LEAVE_OUT else None
-        stored = None if span is None else _StoredSpan(span, whole=True)
+        stored = _StoredSpan.of(broadcast, whole=True) if p.get("groups") == LEAVE_OUT else None
         return _supported_mean(uploads, ops, om, broadcast, N, p, start, stored, defense="support")
     if name in ("median", "trimmed"):
         if not np.allclose(om, 1.0 / L, rtol=0.0, atol=1e-12):
@@ -1689,9 +1705,7 @@ def fresh_aggregate(
     om = _check_weights(weights, len(ops))
     broadcast = _check_broadcast(broadcast, N)
     _check_start(start, N)
-    span = memory_span(broadcast)
-    stored = None if span is None else _StoredSpan(span, whole=False)
-    return _supported_mean(uploads, ops, om, broadcast, N, p, start, stored,
+    return _supported_mean(uploads, ops, om, broadcast, N, p, start, _StoredSpan.of(broadcast, whole=False),
                            defense=None, acceptance="fresh", s=s)
 
 

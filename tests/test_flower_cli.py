@@ -158,12 +158,12 @@ def test_federation_whose_clientapps_all_fail_exits_nonzero(tmp_path, capsys, mo
 def test_a_stopped_run_says_which_round_waited_for_whom(tmp_path):
     """A run stopped by --timeout while a round waits for uploads: the message names the round,
     the clients asked and what --round-timeout would change."""
-    path = tmp_path / "history.json"
-    assert local._waiting_in_history(path) is None  # no history yet
-    path.write_text(json.dumps({"rounds": [], "waiting": {"t": 3, "asked": [0, 2], "round_timeout": None}}))
-    msg = local._waiting_in_history(path)
+    path = tmp_path / "waiting.json"
+    assert local._waiting_message(path) is None  # no round waiting
+    path.write_text(json.dumps({"t": 3, "asked": [0, 2], "round_timeout": None}))
+    msg = local._waiting_message(path)
     assert "round 3" in msg and "[0, 2]" in msg and "--round-timeout 0 waits" in msg
-    path.write_text(json.dumps({"rounds": [], "waiting": {"t": 1, "asked": [1], "round_timeout": 30.0}}))
-    assert "--round-timeout was 30 s" in local._waiting_in_history(path)
-    path.write_text(json.dumps({"rounds": []}))
-    assert local._waiting_in_history(path) is None
+    path.write_text(json.dumps({"t": 1, "asked": [1], "round_timeout": 30.0}))
+    assert "--round-timeout was 30 s" in local._waiting_message(path)
+    path.write_text("{")  # cut off mid-write
+    assert local._waiting_message(path) is None

@@ -7,6 +7,9 @@ timeouts and minimum counts, and the equality with run_federation without starti
 
 from __future__ import annotations
 
+import json
+from unittest import mock
+
 import numpy as np
 import pytest
 
@@ -262,15 +265,28 @@ def test_round_without_any_upload_fails_the_run_unless_skipping_is_allowed(tmp_p
     sites' reason and recorded in history.json; skip-empty-rounds = true skips the round instead."""
     rc, nodes = _setup(rounds=3, **{"round-timeout": 0.2, "out-dir": str(tmp_path)})
     fail = {c: {"fail_on_round": 1} for c in range(L)}
-    with pytest.raises(coordinator.FederationFailed, match=r"round 1 got no upload.*site 0: simulated failure"):
+    waiting = tmp_path / coordinator.WAITING_FILE
+    seen = []
+    exchange = coordinator._exchange
+
+    def recording_exchange(grid, contents, *a, **k):
+        if k.get("errors") is not None:  # a round's exchange (not a hello)
+            seen.append(json.loads(waiting.read_text()))
+        return exchange(grid, contents, *a, **k)
+
+    with mock.patch.object(coordinator, "_exchange", recording_exchange), \
+            pytest.raises(coordinator.FederationFailed, match=r"round 1 got no upload.*site 0: simulated failure"):
         _serve(rc, nodes, fail)
+    # written while a round waits (the round and the clients asked), gone once it has its answers
+    assert [(w["t"], w["asked"], w["round_timeout"]) for w in seen] == [(0, list(range(L)), 0.2),
+                                                                        (1, list(range(L)), 0.2)]
+    assert not waiting.exists()
     saved = history.load(tmp_path)
     assert "round 1 got no upload" in saved["failed"] and len(saved["rounds"]) == 2
-    assert "waiting" not in saved  # written while a round waits, gone once it has its answers
     assert saved["rounds"][1]["errors"] == {str(c): "simulated failure" for c in range(L)}
     h, _, _ = _serve(dict(rc, **{"skip-empty-rounds": True}), nodes, fail)
     assert [r["skipped"] for r in h["rounds"]] == [False, True, False] and "failed" not in h
-    assert "waiting" not in h and "waiting" not in history.load(tmp_path)
+    assert not waiting.exists()
 
 
 @pytest.mark.parametrize("server_kw, passed", [({}, True), ({"defense": "support"}, True),

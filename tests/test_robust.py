@@ -9,7 +9,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 
-from fedlam import data, khat, lam, operators, robust
+from fedlam import attacks, data, khat, lam, operators, robust
 from fedlam.protocol import Upload
 
 
@@ -704,13 +704,6 @@ def _private_uploads(xi, M, r, L, seed, mech):
     return out
 
 
-def _stores_fake(patterns, fake, xi):
-    """The memory holds the attacker's fake (closer to it than to any archetype)."""
-    from fedlam import attacks
-
-    return attacks.fake_in_memory(patterns, fake, xi)
-
-
 def test_voting_groups_partition_the_round():
     assert robust.voting_groups(7, 3) == [[0, 3, 6], [1, 4], [2, 5]]
     assert robust.voting_groups(2, 3) == [[0], [1]]                 # fewer uploads than groups
@@ -749,11 +742,11 @@ def test_leave_out_voters_certify_near_the_means_threshold(seed):
     ups = _private_uploads(xi, M, r, L, seed, mech) + [poison_upload(fake, M, r)]
 
     default = Server().round(ups, np.random.default_rng(0))
-    assert _stores_fake(default.patterns, fake, xi)
+    assert attacks.fake_in_memory(default.patterns, fake, xi)
     groups = Server(defense="support", defense_params={"groups": 2}).round(ups, np.random.default_rng(0))
-    assert groups.result.k_hat < K and not _stores_fake(groups.patterns, fake, xi)
+    assert groups.result.k_hat < K and not attacks.fake_in_memory(groups.patterns, fake, xi)
     loo = Server(defense="support", defense_params={"groups": "leave-out"}).round(ups, np.random.default_rng(0))
-    assert loo.result.k_hat == K and not _stores_fake(loo.patterns, fake, xi)
+    assert loo.result.k_hat == K and not attacks.fake_in_memory(loo.patterns, fake, xi)
     assert np.all(metrics.magnetization(loo.patterns, xi) >= 0.95) and metrics.spurious_count(loo.patterns, xi) == 0
 
 
@@ -791,7 +784,7 @@ def test_leave_out_voters_keep_the_whole_stored_span(seed, with_poisoner):
         ups, np.random.default_rng(seed), broadcast=A)
     assert rr.patterns.shape[0] == 3
     assert np.all(metrics.magnetization(rr.patterns, xi) == 1.0)
-    assert not _stores_fake(rr.patterns, fake, xi)
+    assert not attacks.fake_in_memory(rr.patterns, fake, xi)
 
 
 def _colluders_round(factor, seed):
@@ -809,7 +802,7 @@ def _colluders_round(factor, seed):
     ups = _private_uploads(xi, M, r, L, seed, mech) + [poison_upload(fake, M, r) for _ in range(2)]
     rr = Server(defense="support", defense_params={"groups": "leave-out", "s": 3}).round(
         ups, np.random.default_rng(0))
-    has_fake = _stores_fake(rr.patterns, fake, xi)
+    has_fake = attacks.fake_in_memory(rr.patterns, fake, xi)
     exact = rr.patterns.shape[0] == K and bool(np.all(np.abs(rr.patterns.astype(float) @ xi.T.astype(float)).max(0) == N))
     return has_fake, exact
 
@@ -909,7 +902,7 @@ def test_groups_certify_under_privacy_what_single_uploads_cannot():
             assert res.result.k_hat == K, (seed, len(extra), res.result.k_hat)
             assert np.all(metrics.magnetization(res.patterns, xi) >= 0.95)
             assert metrics.spurious_count(res.patterns, xi) == 0
-            assert not _stores_fake(res.patterns, fake, xi)
+            assert not attacks.fake_in_memory(res.patterns, fake, xi)
 
 
 def test_private_defended_federation_votes_in_groups():
@@ -918,7 +911,7 @@ def test_private_defended_federation_votes_in_groups():
     defence, 20 rounds: voting alone, no upload certifies anything and the memory ends empty;
     voting in two groups, all three archetypes are stored by the end, nothing spurious is ever
     stored and the poisoner's fake never is."""
-    from fedlam import attacks, federation, privacy
+    from fedlam import federation, privacy
     from fedlam.participation import Participation
 
     K, N, M, r, L, delta, T = 3, 160, 200, 0.85, 6, 1e-5, 20

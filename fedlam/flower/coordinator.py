@@ -31,6 +31,8 @@ from . import messages
 __all__ = ["serve", "FederationFailed", "POLL_SECONDS"]
 
 POLL_SECONDS = 0.05
+#: beside history.json while a round waits for its uploads: the round and the clients asked
+WAITING_FILE = "waiting.json"
 
 
 class FederationFailed(RuntimeError):
@@ -163,6 +165,8 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
     part = rc.participation()
     xi = cfgmod.reference_archetypes(rc)
     out_path = Path(rc.out_dir) / "history.json" if rc.out_dir else None
+    # waiting.json: a small record of the round in progress (history.json is rewritten once a round)
+    wait_path = out_path.with_name(WAITING_FILE) if out_path is not None else None
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
     sites = _Sites(rc.N, log)
@@ -213,11 +217,11 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         reqs = {avail[i]: messages.round_request(t, L, N, rc.precision, rc.rank, patterns) for i in sample.asked}
         sent = sum(messages.payload_bytes(c) for c in reqs.values())
         node_errors: dict[int, str] = {}
-        if out_path is not None:  # who the round waits for, should the run be stopped while it waits
-            hist["waiting"] = {"t": t, "asked": list(sample.asked), "round_timeout": rc.round_timeout}
-            _write_json(out_path, hist)
+        if wait_path is not None:  # who the round waits for, should the run be stopped while it waits
+            _write_json(wait_path, {"t": t, "asked": list(sample.asked), "round_timeout": rc.round_timeout})
         replies = _exchange(grid, reqs, rc.round_timeout, log, str(t), errors=node_errors)
-        hist.pop("waiting", None)
+        if wait_path is not None:
+            wait_path.unlink(missing_ok=True)
         received = sum(messages.payload_bytes(c) for c in replies.values())
         uploads: dict[int, tuple] = {}
         for i in sample.answered:  # simulated drop-outs are discarded here, as in run_federation

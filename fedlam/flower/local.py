@@ -301,14 +301,15 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
         kill_node: int | None = None, kill_after_round: int = 0, figures: bool = True,
         echo: Any = print) -> dict:
     """Run the federation on loopback and return its history (see the module notes)."""
+    from .coordinator import WAITING_FILE
     from .deploy import FlowerError, LocalFederation
     from .history import load
 
     out.mkdir(parents=True, exist_ok=True)
     rc = dict(run_config, **{"out-dir": str(out.resolve())})
-    hist_path = out / "history.json"
-    if hist_path.exists():
-        hist_path.unlink()
+    hist_path, wait_path = out / "history.json", out / WAITING_FILE
+    hist_path.unlink(missing_ok=True)
+    wait_path.unlink(missing_ok=True)
     t0 = time.monotonic()
     killed: list[int] = []
     killed_at: list[int] = []
@@ -336,7 +337,7 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
         except FlowerError as exc:
             failed = _failure_in_history(hist_path)
             if failed is None:
-                waiting = _waiting_in_history(hist_path)
+                waiting = _waiting_message(wait_path)
                 if waiting is None:
                     raise
                 raise FlowerError(f"{exc}: {waiting}. The sites' logs are in {out / 'logs'}") from exc
@@ -364,14 +365,19 @@ def run(run_config: dict, node_configs: list[dict], out: Path, timeout: float = 
     return hist
 
 
-def _waiting_in_history(path: Path) -> str | None:
-    """What the ServerApp was waiting for when it was stopped, if history.json records it."""
+def _read_record(path: Path) -> dict | None:
+    """A JSON record the ServerApp wrote (None if it is missing or unreadable)."""
     from .history import load
 
     try:
-        w = load(path).get("waiting") if path.exists() else None
+        return load(path) if path.exists() else None
     except (json.JSONDecodeError, OSError):
         return None
+
+
+def _waiting_message(path: Path) -> str | None:
+    """What the ServerApp was waiting for when it was stopped, if its waiting.json says."""
+    w = _read_record(path)
     if not w:
         return None
     limit = ("--round-timeout 0 waits for every asked site; a positive --round-timeout ends the "
@@ -382,12 +388,8 @@ def _waiting_in_history(path: Path) -> str | None:
 
 def _failure_in_history(path: Path) -> str | None:
     """The ServerApp's reason for failing the federation, if it recorded one in history.json."""
-    from .history import load
-
-    try:
-        return load(path).get("failed") if path.exists() else None
-    except (json.JSONDecodeError, OSError):
-        return None
+    rec = _read_record(path)
+    return None if rec is None else rec.get("failed")
 
 
 def _write_app_command(argv: list[str]) -> int:
