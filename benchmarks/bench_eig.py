@@ -6,10 +6,9 @@
    are timed alongside.
 2. The same round when every client noises its upload with
    ``fedlam.privacy.GaussianMechanism(epsilon, delta)`` (the noise-aware K-hat), with the
-   acceptance the server defaults to under example-level DP (``"refresh"``, the paper's with
-   the stored patterns rewritten from the fresh mean: with no broadcast, as here, the paper's;
-   ``federation.default_acceptance``), against the round without noise with the paper's
-   acceptance (and against the default round).
+   acceptance the server defaults to under example-level DP (``"voted"``, the support test with
+   leave-one-out voters; ``federation.default_acceptance``), against the round without noise
+   with the paper's acceptance (and against the default round).
 3. A round at N = 10,000 (2 clients x 1500 examples): wall time, and the peak memory the round
    allocates on top of its inputs (tracemalloc), in N x N float64 arrays; the round as it runs
    (the solver in float64: under the K-hat threshold ``precision="auto"`` keeps float64) and
@@ -66,9 +65,9 @@ def small(repeats: int = 7) -> None:
                 out[name] = Server(defense=defense, acceptance=acceptance).round(uploads, np.random.default_rng(0))
         return f
 
-    # under example-level DP the server's default acceptance is "refresh" (federation.default_acceptance),
-    # the paper's in a round without a broadcast: the private round is timed with it, and against
-    # the plain round with the paper's acceptance as well as against the default plain round
+    # under example-level DP the server's default acceptance is "voted" (federation.default_acceptance):
+    # the private round is timed with it, and against the plain round with the paper's acceptance
+    # as well as against the default plain round
     dp_acceptance = default_acceptance(privacy=mech)
 
     fns = {

@@ -1,7 +1,8 @@
-r"""Refreshing stored patterns from the fresh part of the mean (the default under privacy).
+r"""Refreshing stored patterns from the fresh part of the mean (``acceptance="refresh"``) or from
+every leave-one-out voter (the default under example-level privacy, ``acceptance="voted"``).
 
-Under example-level privacy the server's acceptance is the paper's (single noised uploads
-certify nothing, :func:`fedlam.federation.default_acceptance`). That acceptance stores an
+Under example-level privacy single noised uploads certify nothing
+(:func:`fedlam.federation.default_acceptance`), and the paper's acceptance stores an
 archetype in the first round the mean detects it, while its spike is still weak and a few of
 its bits are wrong; the clients then blend that stored version ``a`` back into every upload,
 and while their mean weight stays below :func:`fedlam.controller.correction_weight` the

@@ -355,16 +355,23 @@ def test_acceptance_argument_checks():
         F.Server(acceptance="refresh", client_privacy=privacy.ClientLevelMechanism(1.0, 5.0, 1e-5))
     server = F.Server(acceptance="refresh", secure=True)   # the scalars and the sum suffice
     assert server.needs_broadcast and not server.needs_uploads
+    for kw, what in (({"secure": True}, "secure=True"), ({"defense": "support"}, "defense='support'"),
+                     ({"client_privacy": privacy.ClientLevelMechanism(1.0, 5.0, 1e-5)}, "client_privacy=")):
+        with pytest.raises(ValueError, match=f"acceptance='voted'.*{what}"):
+            F.Server(acceptance="voted", **kw)
+    voted = F.Server(acceptance="voted")
+    assert voted.needs_uploads and voted.needs_broadcast
     assert F.Server().needs_broadcast and not F.Server(acceptance="paper").needs_broadcast
 
 
 @pytest.mark.parametrize("kw, expected", [
-    ({}, "refresh"), ({"secure": True}, "refresh"), ({"defense": "support"}, "paper"),
+    ({}, "voted"), ({"secure": True}, "refresh"), ({"defense": "support"}, "paper"),
     ({"defense": "median"}, "paper"),
 ])
 def test_default_acceptance_under_example_level_privacy(kw, expected):
-    """Under example-level DP single uploads certify nothing: the default is the paper's
-    acceptance, refreshed from the fresh mean where no defence replaces the mean."""
+    """Under example-level DP single uploads certify nothing: the default votes with the means
+    of all uploads but one where the server sees every upload and no defence replaces the mean,
+    and is the paper's acceptance refreshed from the fresh mean where it holds only the sum."""
     from fedlam import privacy
 
     mech = privacy.GaussianMechanism(epsilon=1.0, delta=1e-5)
@@ -395,9 +402,9 @@ def test_default_acceptance_is_fresh_wherever_the_server_sees_every_upload(kw, e
 
 def test_default_server_reads_privacy_noise_from_the_uploads():
     """A Server built directly with acceptance=None cannot be told that its clients noise their
-    uploads; a round whose uploads declare dp_sigma > 0 runs the refreshed paper acceptance (as
-    run_federation does with privacy=; without a broadcast to refresh from, the paper's), an
-    explicit acceptance="fresh" is kept, and a round without noise runs the fresh acceptance."""
+    uploads; a round whose uploads declare dp_sigma > 0 runs the voted acceptance (as
+    run_federation does with privacy=: the history of the support test with leave-one-out voters),
+    an explicit acceptance="fresh" is kept, and a round without noise runs the fresh acceptance."""
     from fedlam import operators, privacy
     from fedlam.protocol import Upload
 
@@ -416,10 +423,10 @@ def test_default_server_reads_privacy_noise_from_the_uploads():
         noised.append(Upload(Z, M, 1.0, 1 - 0.81, dp_sigma=sig))
     server = F.Server()
     assert server.acceptance == "fresh"
-    assert server.round_acceptance(plain) == "fresh" and server.round_acceptance(noised) == "refresh"
+    assert server.round_acceptance(plain) == "fresh" and server.round_acceptance(noised) == "voted"
     assert F.Server(acceptance="fresh").round_acceptance(noised) == "fresh"
     got = server.round(noised, np.random.default_rng(0))
-    ref = F.Server(acceptance="paper").round(noised, np.random.default_rng(0))
+    ref = F.Server(defense="support", defense_params={"groups": "leave-out"}).round(noised, np.random.default_rng(0))
     assert got.result.k_hat == ref.result.k_hat and np.array_equal(got.patterns, ref.patterns)
     ov = np.abs(got.patterns.astype(float) @ xi.T.astype(float)) / n
     assert got.patterns.shape[0] == K and np.all(ov.max(axis=0) >= 0.95)
@@ -544,9 +551,10 @@ def test_default_server_refreshes_a_noisy_stored_archetype_from_noised_uploads()
     assert np.sort(metrics.magnetization(weak.patterns, xi))[0] == pytest.approx(0.9)
 
 
-def test_refresh_acceptance_composes():
-    """The default under example-level privacy runs with secure aggregation, partial participation
-    with dropouts, batch-weighted aggregation, a noise client and a constant weight."""
+def test_default_acceptance_under_privacy_composes():
+    """The defaults under example-level privacy ("refresh" under secure aggregation, "voted"
+    otherwise) run with partial participation with dropouts (rounds with a lone answer
+    included), batch-weighted aggregation, a noise client and a constant weight."""
     from fedlam import participation, privacy
 
     T, K, n = 5, 3, 120
@@ -555,7 +563,8 @@ def test_refresh_acceptance_composes():
     specs = [F.ClientSpec(r=0.9, M=200 + 50 * c, mixture=pi[:, c]) for c in range(4)]
     mech = privacy.GaussianMechanism(epsilon=50.0, delta=1e-5)
     part = participation.Participation(fraction=0.5, min_clients=1, dropout=0.2)
-    for kw in ({"secure": True}, {"participation": part}, {"aggregation": "batch", "controller": 0.5}):
+    for kw in ({"secure": True}, {"participation": part}, {"aggregation": "batch", "controller": 0.5},
+               {"secure": True, "participation": part}):
         h = F.run_federation(xi, specs + [F.ClientSpec(M=200, kind="noise")], T, 2, privacy=mech, **kw)
         assert h.T == T and np.all(h.spurious == 0)
         assert np.all(h.magnetization[-1] >= 0.95)

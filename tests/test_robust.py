@@ -728,11 +728,11 @@ def test_leave_out_voters():
 @pytest.mark.parametrize("seed", range(3))
 def test_leave_out_voters_certify_near_the_means_threshold(seed):
     """Example-level DP at 3 x the mean's epsilon threshold (N = 160, K = 3, six clients with
-    M = 200 at r = 0.85) and a poisoner's seventh upload. The default server (the paper's
-    acceptance under privacy) stores the fake; two voting groups of three or four certify only
-    some archetypes (each group has a third of the mean's evidence); leave-one-out voters, each
-    the mean of six of the seven uploads, keep all three archetypes and never the fake: the one
-    voter without the poisoner holds no fake."""
+    M = 200 at r = 0.85) and a poisoner's seventh upload. The paper's acceptance stores the fake;
+    two voting groups of three or four certify only some archetypes (each group has a third of the
+    mean's evidence); leave-one-out voters, each the mean of six of the seven uploads, keep all
+    three archetypes and never the fake: the one voter without the poisoner holds no fake. They
+    are what the default server runs on noised uploads (acceptance "voted")."""
     from fedlam import metrics
     from fedlam.federation import Server
 
@@ -741,13 +741,15 @@ def test_leave_out_voters_certify_near_the_means_threshold(seed):
     fake = fake_of(5, N)
     ups = _private_uploads(xi, M, r, L, seed, mech) + [poison_upload(fake, M, r)]
 
-    default = Server().round(ups, np.random.default_rng(0))
-    assert attacks.fake_in_memory(default.patterns, fake, xi)
+    paper = Server(acceptance="paper").round(ups, np.random.default_rng(0))
+    assert attacks.fake_in_memory(paper.patterns, fake, xi)
     groups = Server(defense="support", defense_params={"groups": 2}).round(ups, np.random.default_rng(0))
     assert groups.result.k_hat < K and not attacks.fake_in_memory(groups.patterns, fake, xi)
     loo = Server(defense="support", defense_params={"groups": "leave-out"}).round(ups, np.random.default_rng(0))
     assert loo.result.k_hat == K and not attacks.fake_in_memory(loo.patterns, fake, xi)
     assert np.all(metrics.magnetization(loo.patterns, xi) >= 0.95) and metrics.spurious_count(loo.patterns, xi) == 0
+    default = Server().round(ups, np.random.default_rng(0))
+    assert default.result.k_hat == K and np.array_equal(default.patterns, loo.patterns)
 
 
 @pytest.mark.parametrize("with_poisoner", [False, True])
@@ -934,9 +936,10 @@ def test_private_defended_federation_votes_in_groups():
 
 def test_private_federation_with_a_poisoner_keeps_the_fake_out_with_leave_out_voters():
     """Example-level DP at 3 x the mean's epsilon threshold (N = 200, K = 4, six clients, M = 200,
-    r = 0.8), the novelty rule and a poisoning seventh client, 5 rounds. The default server
-    stores the poisoner's fake in every round; the support defence with leave-one-out voters
-    never does, and keeps the four archetypes at m >= 0.95 with K-hat never above 4."""
+    r = 0.8), the novelty rule and a poisoning seventh client, 5 rounds. The refresh acceptance
+    (the default under privacy until 2026-11-28) stores the poisoner's fake in every round; the
+    support defence with leave-one-out voters never does, and keeps the four archetypes at
+    m >= 0.95 with K-hat never above 4; the default ("voted") is that defence's history."""
     from fedlam import federation, privacy
 
     N, K, L, M, r, T = 200, 4, 6, 200, 0.8, 5
@@ -945,9 +948,12 @@ def test_private_federation_with_a_poisoner_keeps_the_fake_out_with_leave_out_vo
     specs = [federation.ClientSpec(r=r, M=M, mixture=pi[:, c]) for c in range(L)]
     specs.append(federation.ClientSpec(M=M, kind="poison"))
     mech = privacy.GaussianMechanism(epsilon=3 * privacy.epsilon_threshold(r, 1 / K, N, M, 1e-5, L=L), delta=1e-5)
-    default = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech)
-    assert np.all(default.spurious == 1)
+    refreshed = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech, acceptance="refresh")
+    assert np.all(refreshed.spurious == 1)
     loo = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech, defense="support",
                                     defense_params={"groups": "leave-out"})
     assert np.all(loo.spurious == 0) and loo.k_hat.max() <= K
     assert np.all(loo.magnetization[-1] >= 0.95)
+    default = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech)
+    assert np.array_equal(default.k_hat, loo.k_hat)
+    assert all(np.array_equal(a, b) for a, b in zip(default.patterns, loo.patterns, strict=True))
