@@ -74,7 +74,7 @@ VOTED_PARAMS = robust.check_defense("support", {"groups": robust.LEAVE_OUT, "s":
 
 
 def _voted_params(n_uploads: int) -> dict[str, Any]:
-    """:data:`VOTED_PARAMS` for a round of ``n_uploads`` answers (``s`` at most their number)."""
+    """``fedlam.federation.VOTED_PARAMS`` for a round of ``n_uploads`` answers (``s`` at most their number)."""
     return VOTED_PARAMS if n_uploads >= VOTED_PARAMS["s"] else dict(VOTED_PARAMS, s=max(1, n_uploads))
 
 
@@ -98,7 +98,7 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       clients at 3 x the mean's epsilon threshold, every upload certifies nothing and the
       memory stays empty, while the paper's acceptance keeps all four archetypes at m >= 0.95).
       ``"voted"`` certifies with voters that each average all uploads but one
-      (:data:`VOTED_PARAMS`: the support test with ``groups="leave-out"``, ``s = 2``), whose
+      (``fedlam.federation.VOTED_PARAMS``: the support test with ``groups="leave-out"``, ``s = 2``), whose
       noise is about the mean's; a direction needs every voter, so a lone poisoner's fake,
       missing from the voter that leaves it out, never enters, and stored patterns are
       refreshed where every voter's fresh mean agrees (:func:`fedlam.refresh.refresh_voted`).
@@ -466,7 +466,7 @@ class Server:
         privacy noise runs ``"voted"`` instead where no defence replaces the mean (``"refresh"``
         under secure aggregation), the paper's acceptance otherwise (:meth:`round_acceptance`).
         ``"voted"``: the fresh parts are certified by voters that each average all uploads but
-        one (:data:`VOTED_PARAMS`, the support test's leave-out voters), every voter must
+        one (``fedlam.federation.VOTED_PARAMS``, the support test's leave-out voters), every voter must
         certify a direction, and stored patterns are refreshed where every voter agrees
         (:func:`fedlam.refresh.refresh_voted`): certification near the mean's privacy
         threshold, where single uploads show nothing (needs every upload, no defence, no
