@@ -74,7 +74,7 @@ VOTED_PARAMS = robust.check_defense("support", {"groups": robust.LEAVE_OUT, "s":
 
 
 def _voted_params(n_uploads: int) -> dict[str, Any]:
-    """``fedlam.federation.VOTED_PARAMS`` for a round of ``n_uploads`` answers (``s`` at most their number)."""
+    """``VOTED_PARAMS`` for a round of ``n_uploads`` answers (``s`` at most their number)."""
     return VOTED_PARAMS if n_uploads >= VOTED_PARAMS["s"] else dict(VOTED_PARAMS, s=max(1, n_uploads))
 
 
@@ -98,7 +98,7 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
       clients at 3 x the mean's epsilon threshold, every upload certifies nothing and the
       memory stays empty, while the paper's acceptance keeps all four archetypes at m >= 0.95).
       ``"voted"`` certifies with voters that each average all uploads but one
-      (``fedlam.federation.VOTED_PARAMS``: the support test with ``groups="leave-out"``, ``s = 2``), whose
+      (``VOTED_PARAMS``: the support test with ``groups="leave-out"``, ``s = 2``), whose
       noise is about the mean's; a direction needs every voter, so a lone poisoner's fake,
       missing from the voter that leaves it out, never enters, and stored patterns are
       refreshed where every voter's fresh mean agrees (:func:`fedlam.refresh.refresh_voted`).
@@ -466,7 +466,7 @@ class Server:
         privacy noise runs ``"voted"`` instead where no defence replaces the mean (``"refresh"``
         under secure aggregation), the paper's acceptance otherwise (:meth:`round_acceptance`).
         ``"voted"``: the fresh parts are certified by voters that each average all uploads but
-        one (``fedlam.federation.VOTED_PARAMS``, the support test's leave-out voters), every voter must
+        one (``VOTED_PARAMS``, the support test's leave-out voters), every voter must
         certify a direction, and stored patterns are refreshed where every voter agrees
         (:func:`fedlam.refresh.refresh_voted`): certification near the mean's privacy
         threshold, where single uploads show nothing (needs every upload, no defence, no
@@ -722,28 +722,24 @@ class Server:
             # validated once: the mean of the uploads (fresh_aggregate names a culprit upload)
             ra = robust.fresh_aggregate(list(uploads), weights, broadcast=broadcast, start=start)
             return self._factorize_robust(ra, rng, weights, start, broadcast)
-        if self.defense is None and self.round_acceptance(uploads) == "voted":
+        defense = self._round_defense(uploads)
+        if defense is not None:
+            name, params = defense
             if aggregate is not None:
-                raise ValueError("acceptance='voted' needs every upload's operator, not a pre-summed aggregate")
-            # the support test validates the mean once (robust._checked_mean)
-            ra = robust.aggregate(list(uploads), weights, "support", _voted_params(len(uploads)), broadcast=broadcast,
-                                 start=start)
-            rr = self._factorize_robust(ra, rng, weights, start, broadcast)
-            pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights)
-            return rr if pats is rr.patterns else replace(rr, patterns=pats)
-        if self.defense is not None:
+                raise ValueError(f"defense {name!r} (or acceptance='voted') needs every upload's operator, "
+                                 "not a pre-summed aggregate")
             # the support test validates the mean once (robust._checked_mean); the median,
             # trimmed mean and Krum read every operator on its own: each is checked here, and
             # the operator the defence builds from them is not checked again
-            if self.defense != "support":
+            if name != "support":
                 for c, u in enumerate(uploads):
                     check_operator(u.operator, f"uploads[{c}].operator")
-            if self.defense in ("median", "trimmed"):
+            if name in ("median", "trimmed"):
                 weights = None          # unweighted estimators
-            ra = robust.aggregate(list(uploads), weights, self.defense, self.defense_params, broadcast=broadcast,
-                                  start=start if self.defense == "support" else None)
+            ra = robust.aggregate(list(uploads), weights, name, params, broadcast=broadcast,
+                                  start=start if name == "support" else None)
             rr = self._factorize_robust(ra, rng, weights, start, broadcast)
-            pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights)
+            pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params)
             return rr if pats is rr.patterns else replace(rr, patterns=pats)
         if aggregate is None:
             N = None
@@ -780,25 +776,33 @@ class Server:
         patterns = self._refresh(uploads, broadcast, np.asarray(result.patterns, dtype=np.int8), J, weights)
         return RoundResult(J, result, patterns, weights)
 
+    def _round_defense(self, uploads: Sequence[Upload]) -> tuple[str, dict[str, Any]] | None:
+        """The defence this round runs and its parameters: the server's, or, for
+        ``acceptance="voted"``, the support test with leave-one-out voters (``s`` at most the
+        number of answers); None for the plain mean."""
+        if self.defense is not None:
+            return self.defense, self.defense_params
+        if self.round_acceptance(uploads) == "voted":
+            return "support", _voted_params(len(uploads))
+        return None
+
     def _refresh(self, uploads: Sequence[Upload], broadcast: np.ndarray | None, patterns: np.ndarray,
-                 J: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+                 J: np.ndarray, weights: np.ndarray | None, defense_params: dict | None = None) -> np.ndarray:
         """The stored patterns after this round's refresh (:mod:`fedlam.refresh`), or ``patterns``
         itself where the server does not refresh: ``acceptance="refresh"`` reads the fresh part of
         the mean ``J``; ``acceptance="voted"`` and the support defence with leave-out voters ask
-        every voter to agree (:func:`fedlam.refresh.refresh_voted`). An empty memory (no broadcast, or the zero
-        broadcast of ``control_round0``) has no echo to see past."""
-        acc = self.round_acceptance(uploads)
-        voted = ((self.defense == "support" and self.defense_params.get("groups") == robust.LEAVE_OUT)
-                 or (self.defense is None and acc == "voted"))
+        every voter to agree (:func:`fedlam.refresh.refresh_voted`; ``defense_params``: the support
+        test's parameters of this round, :meth:`_round_defense`). An empty memory (no broadcast,
+        or the zero broadcast of ``control_round0``) has no echo to see past."""
+        voted = defense_params is not None and defense_params.get("groups") == robust.LEAVE_OUT
         # (a defence never runs the "refresh" acceptance: the constructor refuses the pair)
-        if broadcast is None or not (voted or acc == "refresh"):
+        if broadcast is None or not (voted or self.round_acceptance(uploads) == "refresh"):
             return patterns
         check_operator_shape(broadcast, "broadcast")
         if not broadcast.any():
             return patterns
-        if voted:
-            s = (self.defense_params if self.defense is not None else _voted_params(len(uploads)))["s"]
-            voters = robust.voting_groups(len(uploads), robust.LEAVE_OUT, s)
+        if defense_params is not None and voted:
+            voters = robust.voting_groups(len(uploads), robust.LEAVE_OUT, defense_params["s"])
             return refresh.refresh_voted(uploads, broadcast, patterns, voters)[0]
         return refresh.refresh_patterns(J, broadcast, patterns, refresh.echo_weight(uploads, weights))[0]
 
