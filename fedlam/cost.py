@@ -381,7 +381,7 @@ class BlockCounts:
                 for n, kh, mt, pt, m, p in zip(self.sizes, self.k_hat, self.measured_threshold,
                                                self.predicted_threshold, self.measured, self.predicted,
                                                strict=True)]
-        header = ("N", "K_hat", "server: measured", "predicted", "all to 0.1 s: measured", "predicted")
+        header = ("N", "K_hat", "server's solve", "its bound", "every value to 0.1 s", "its bound")
         return TitledTable(title, rows, header)
 
     def _repr_markdown_(self) -> str:
