@@ -108,12 +108,14 @@ def refresh_patterns(J: np.ndarray, broadcast: np.ndarray, patterns: np.ndarray,
 
 
 def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.ndarray, voters: Sequence[Sequence[int]],
-                  *, max_flips: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+                  *, max_flips: float = 0.05, weights: np.ndarray | None = None,
+                  products: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`refresh_patterns` that every voter must agree on: robust to the uploads a voter leaves out.
 
     Each voter is a list of upload indices (e.g. :func:`fedlam.robust.voting_groups` with
     ``"leave-out"``); its fresh mean is the equal mean of its members' fresh parts
-    ``U_c - (1 - w_c) A``. A pattern is replaced only when every voter's sign along it is certain
+    ``U_c - (1 - w_c) A`` (with ``weights``, the server's aggregation weights renormalised over
+    the voter's members: the weighted mean). A pattern is replaced only when every voter's sign along it is certain
     and all give the same pattern: ``k < s`` attackers are all left out of one voter of the
     leave-``(s - 1)``-out family, so a site whose sign they alone turn (a near-copy's bits, a
     fake's cross-talk) is not certain in that voter, or not equal, and stays as stored.
@@ -126,6 +128,12 @@ def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.nd
         As :func:`refresh_patterns`.
     voters : sequence of sequence of int
         The voters' members (non-empty, indices into ``uploads``).
+    weights : numpy.ndarray or None
+        (L,) non-negative aggregation weights (None: equal).
+    products : fedlam.robust.SpanProducts or None
+        The round's products with the stored span, kept by the support test
+        (``RobustAggregate.products``): a pattern in that span costs no pass over an (N, N)
+        operator; the others are multiplied as without it. None: every product computed here.
 
     Returns
     -------
@@ -146,11 +154,22 @@ def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.nd
         raise ValueError("uploads must hold at least one upload")
     if not voters or any(len(v) == 0 or any(not 0 <= c < len(uploads) for c in v) for v in voters):
         raise ValueError(f"voters must be non-empty lists of upload indices in [0, {len(uploads)}), got {voters!r}")
+    om = None
+    if weights is not None:
+        om = np.asarray(weights, dtype=np.float64)
+        if om.shape != (len(uploads),) or not np.all(np.isfinite(om)) or np.any(om < 0):
+            raise ValueError(f"weights must be None or ({len(uploads)},) finite non-negative, got {_describe(weights)}")
+        if np.all(om == om[0]):
+            om = None                      # equal weights: the equal mean
     out = np.array(patterns, dtype=np.int8)
     if out.shape[0] == 0:
         return out, np.zeros(0, dtype=np.int64)
     P = out.T.astype(np.float64)
-    AP = broadcast @ P
+
+    def times(c: int | None, op: np.ndarray) -> np.ndarray:
+        return op @ P if products is None else products.times(c, op, P)
+
+    AP = times(None, broadcast)
     fresh = []
     for c, u in enumerate(uploads):
         op = getattr(u, "operator", None)
@@ -158,8 +177,24 @@ def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.nd
         assert isinstance(op, np.ndarray)  # checked above
         if op.shape != broadcast.shape:
             raise ValueError(f"uploads[{c}].operator must have shape {broadcast.shape}, got {op.shape}")
-        fresh.append(op @ P - (1.0 - _fresh_weight(u)) * AP)
-    return _replace(out, [np.sum([fresh[c] for c in v], axis=0) / len(v) for v in voters], max_flips)
+        F = times(c, op) - (1.0 - _fresh_weight(u)) * AP
+        fresh.append(F if om is None else om[c] * F)
+    total = np.sum(fresh, axis=0)
+    means = []
+    for v in voters:
+        tw = len(v) if om is None else float(om[list(v)].sum())
+        if om is not None and len(v) == 1:
+            means.append(fresh[v[0]] / om[v[0]] if om[v[0]] > 0 else fresh[v[0]])
+            continue
+        if tw <= 0.0:
+            return out, np.zeros(out.shape[0], dtype=np.int64)   # a voter with no say: nothing certain
+        if 2 * len(v) > len(fresh):  # most uploads vote: the total minus the few left out (O(L) a voter)
+            inside = set(v)
+            means.append((total - sum((fresh[c] for c in range(len(fresh)) if c not in inside),
+                                      np.zeros_like(total))) / tw)
+        else:
+            means.append(np.sum([fresh[c] for c in v], axis=0) / tw)
+    return _replace(out, means, max_flips)
 
 
 def _replace(out: np.ndarray, products: Sequence[np.ndarray], max_flips: float) -> tuple[np.ndarray, np.ndarray]:

@@ -76,7 +76,7 @@ import itertools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -97,6 +97,11 @@ from fedlam._validation import (
 
 #: ``defense_params["groups"]`` of the support test whose voters leave out ``s - 1`` uploads each
 LEAVE_OUT = "leave-out"
+#: leave-out voters up to which every voter's threshold is its own group threshold and every pair
+#: of voters is intersected; beyond (a cross-device federation of hundreds of uploads), the voters
+#: share one conservative threshold and only pairs with voter 0 are intersected
+#: (:func:`_certify`, :func:`_candidate_directions`): O(L) work instead of O(L^2)
+LEAVE_OUT_EXACT = 64
 
 __all__ = [
     "DEFENSES",
@@ -105,6 +110,7 @@ __all__ = [
     "critical_strength",
     "additive_spike_outlier",
     "RobustAggregate",
+    "SpanProducts",
     "SupportResult",
     "check_defense",
     "aggregate",
@@ -322,6 +328,9 @@ class RobustAggregate:
         the operator's leading directions a strict majority of the uploads certifies,
         :func:`majority_spike_count`); the factorization keeps at most this many spikes (None:
         no bound).
+    products : SpanProducts or None
+        The uploads' and the broadcast's products with the stored span, kept by the support test
+        with leave-out voters for :func:`fedlam.refresh.refresh_voted` (None: not kept).
     """
 
     operator: np.ndarray
@@ -330,6 +339,7 @@ class RobustAggregate:
     spectrum: Spectrum | None = None
     details: dict = field(default_factory=dict)
     max_k: int | None = None
+    products: SpanProducts | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         keys = ", ".join(sorted(self.details))
@@ -898,17 +908,26 @@ def group_threshold(uploads: Sequence[Any], N: int, n_sigma: float = 4.0) -> flo
     return _group_threshold(fresh, N, n_sigma)
 
 
-def _group_threshold(fresh: Sequence[Any], N: int, n_sigma: float) -> float:
-    """:func:`group_threshold` of two or more validated members, all with fresh evidence."""
-    g = len(fresh)
+def _group_threshold(fresh: Sequence[Any], N: int, n_sigma: float, g: int | None = None,
+                     shares: np.ndarray | None = None) -> float:
+    """:func:`group_threshold` of two or more validated members, all with fresh evidence: each
+    member's part scaled by ``1 / g`` (``g`` default their number), or by its share ``shares[c]``
+    of a weighted mean (component ``w s2 a_c / N``, noise ``N sum a_c^2 sigma_c^2``)."""
+    g = len(fresh) if g is None else g
     comps, v = [], 0.0
-    for u in fresh:
+    for c, u in enumerate(fresh):
         s2 = getattr(u, "noise_var", None)
         s2 = 1.0 if s2 is None else float(s2)
         sig = float(getattr(u, "dp_sigma", 0.0) or 0.0)
-        v += N * sig * sig / (g * g)
+        if shares is None:
+            v += N * sig * sig / (g * g)
+            scale = _fresh_weight(u) * s2 / (g * N)
+        else:
+            a = float(shares[c])
+            v += N * sig * sig * a * a
+            scale = _fresh_weight(u) * s2 * a / N
         if s2 > 0:
-            comps.append(khat.Component(_fresh_weight(u) * s2 / (g * N), N / int(u.batch_size),
+            comps.append(khat.Component(scale, N / int(u.batch_size),
                                         khat.pm1_kurtosis(min(s2, 1.0))))
     if comps:
         edge, shift = khat.kurtosis_edge_shift(comps, N=N, noise_var=v)
@@ -916,6 +935,33 @@ def _group_threshold(fresh: Sequence[Any], N: int, n_sigma: float) -> float:
     else:
         edge = khat.free_edge(comps, noise_var=v)
     return float(edge + n_sigma * khat.free_tw_scale(comps, N, noise_var=v))
+
+
+def _shared_thresholds(uploads: Sequence[Any], own: Sequence[float], parts: Sequence[Sequence[int]], N: int,
+                       n_sigma: float, weights: np.ndarray | None = None) -> dict[int, float]:
+    """One threshold per voter size ``g`` for many leave-out voters: the group threshold of *every*
+    upload with fresh evidence at the scale of a voter of ``g`` members (components ``w s2 / (g N)``,
+    noise ``N sum sigma^2 / g^2``). A voter's own members are a subset of these, and adding a
+    positive Marchenko-Pastur component or noise variance moves the free edge up, so the shared
+    threshold is at least each voter's own (checked in the tests): it certifies no more than the
+    exact test, at a cost of O(L) instead of O(L^2) (a voter leaves out ``s - 1`` of ``L`` uploads,
+    so the two differ by O(1/L)). With ``weights`` (a weighted mean), every upload's share is its
+    weight over the smallest total weight of a voter of that size (the largest share any voter
+    gives it)."""
+    idx = [c for c, t in enumerate(own) if math.isfinite(t)]
+    fresh = [uploads[c] for c in idx]
+    sizes: dict[int, float] = {}
+    for v in parts:
+        f = [c for c in v if math.isfinite(own[c])]
+        tw = float(len(f)) if weights is None else float(sum(weights[c] for c in f))
+        sizes[len(f)] = min(sizes.get(len(f), math.inf), tw)
+    out: dict[int, float] = {}
+    for g in sorted(x for x in sizes if x > 1):
+        if weights is None:
+            out[g] = _group_threshold(fresh, N, n_sigma, g=g)
+        else:
+            out[g] = _group_threshold(fresh, N, n_sigma, shares=weights[idx] / sizes[g])
+    return out
 
 
 def voting_groups(n_uploads: int, groups: int | str | None, s: int = 2) -> list[list[int]]:
@@ -978,19 +1024,44 @@ def memory_span(broadcast: np.ndarray | None) -> np.ndarray | None:
     operator). None for None; an (N, 0) basis for the zero broadcast (nothing stored).
     Derived in {ref}`sec-robust-fresh`.
     """
-    if broadcast is None:
-        return None
+    return None if broadcast is None else _span_and_compression(broadcast)[0]
+
+
+def _span_and_compression(broadcast: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`memory_span`'s basis ``U`` and, where the broadcast is ``U M U^T`` (a symmetric
+    operator of that range), the (r, r) compression ``M``, so that ``broadcast @ X`` is
+    ``U (M (U^T X))`` without a pass over the (N, N) matrix (None where it is not).
+
+    From the sketch ``Y = B G``: if ``B = U M U^T`` then ``U^T Y = M (U^T G)``, and ``U^T G``
+    (r x k, r < k Gaussian) has full row rank, so ``M = (U^T Y)(U^T G)^+``; the identity is
+    checked on the sketch (to 1e-12 of its norm) and on M's symmetry, else None."""
     if not isinstance(broadcast, np.ndarray) or broadcast.ndim != 2 or broadcast.shape[0] != broadcast.shape[1] \
-            or broadcast.dtype != np.float64 or not np.all(np.isfinite(broadcast)):
+            or broadcast.dtype != np.float64:
         raise ValueError(f"broadcast must be None or a finite float64 (N, N) operator, got {_describe(broadcast)}")
     N = broadcast.shape[0]
-    k = min(N, max(0, math.ceil(float(np.trace(broadcast)))) + 8)
-    U = _orth(broadcast @ np.random.default_rng(0).standard_normal((N, k)))
+    tr = float(np.trace(broadcast))
+    G = np.random.default_rng(0).standard_normal((N, min(N, max(0, math.ceil(tr)) + 8) if math.isfinite(tr) else 1))
+    Y = broadcast @ G
+    # a non-finite entry of the broadcast reaches its row of the Gaussian sketch (x * g with g != 0)
+    if not math.isfinite(tr) or not np.all(np.isfinite(Y)):
+        raise ValueError(f"broadcast must be None or a finite float64 (N, N) operator, got {_describe(broadcast)}")
+    k = G.shape[1]
+    U = _orth(Y)
     if U.shape[1] == k and k < N:
         vals, vecs = np.linalg.eigh(0.5 * (broadcast + broadcast.T))
         top = float(np.max(np.abs(vals)))
-        U = np.ascontiguousarray(vecs[:, np.abs(vals) > 1e-8 * max(top, 1e-300)])
-    return U
+        keep = np.abs(vals) > 1e-8 * max(top, 1e-300)
+        U = np.ascontiguousarray(vecs[:, keep])
+        sym = np.array_equal(broadcast, broadcast.T)
+        return U, (np.diag(vals[keep]) if sym else None)
+    if U.shape[1] == 0:
+        return U, np.zeros((0, 0))
+    UG, UY = U.T @ G, U.T @ Y
+    M = UY @ np.linalg.pinv(UG)
+    scale = max(float(np.linalg.norm(Y)), 1e-300)
+    if np.linalg.norm(M @ UG - UY) > 1e-12 * scale or np.linalg.norm(M - M.T) > 1e-12 * max(float(np.linalg.norm(M)), 1e-300):
+        return U, None
+    return U, 0.5 * (M + M.T)
 
 
 def _weak_memory_basis(Q: np.ndarray, span: np.ndarray, Gm: np.ndarray) -> np.ndarray:
@@ -1029,13 +1100,27 @@ def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None, stored: np.ndarra
 
 def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, broadcast: np.ndarray | None,
              N: int, n_sigma: float, groups: int | str | None = None,
-             s: int = 2) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
+             s: int = 2, weights: np.ndarray | None = None,
+             kept: SpanProducts | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]:
     """Per voter (an upload, or a group of them with ``groups``: :func:`voting_groups`): the
     certified Ritz directions of its fresh part in span Q (coordinates). A group's fresh part is
-    the mean of its members' (members without fresh evidence left out), tested against
-    :func:`group_threshold`; a voter of one upload is that upload's own test."""
+    the mean of its members' (members without fresh evidence left out) with the server's
+    aggregation ``weights`` renormalised over them (None or uniform: the equal mean), tested
+    against :func:`group_threshold` of the same weights; a voter of one upload is that upload's
+    own test. With ``kept`` (:class:`SpanProducts`), every product with ``Q`` also multiplies the
+    stored span (one pass over each operator for both) and the span's part is kept."""
     d = Q.shape[1]
-    AQ = broadcast @ Q if (broadcast is not None and d) else None
+    # the basis, and with ``kept`` the stored span beside it: one pass over each operator for both
+    r = 0 if kept is None or d == 0 else kept.span.shape[1]
+    QS = np.hstack([Q, kept.span]) if r else Q
+    AQ = None
+    if broadcast is not None and d and kept is not None and kept.compression is not None and broadcast is kept.broadcast:
+        AQ = kept.times(None, broadcast, Q)      # the broadcast is span M span^T: no pass over it
+    elif broadcast is not None and d:
+        AQS = broadcast @ QS
+        AQ = AQS[:, :d]
+        if r:
+            kept.of_broadcast = AQS[:, d:]
     own = [upload_threshold(u, N, n_sigma) for u in uploads]
     parts = voting_groups(len(ops), groups, s)
     P, n_cert, thr, ritz = [], np.zeros(len(parts), dtype=np.int64), np.full(len(parts), np.nan), []
@@ -1043,28 +1128,65 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
 
     def prod(c: int) -> np.ndarray:
         if c not in products:
-            products[c] = ops[c] @ Q
+            Y = ops[c] @ QS
+            products[c] = Y[:, :d]
+            if r:
+                kept.of_upload[c] = Y[:, d:]
         return products[c]
+
+    # the voters' means use the server's weights (a batch-weighted mean: a 1-example upload must
+    # not weigh as much in a voter as a 500-example one); equal weights keep the equal mean
+    om = None if weights is None or np.all(weights == weights[0]) else np.asarray(weights, dtype=np.float64)
+    leave_out = _check_groups(groups) == LEAVE_OUT
+    shared = (_shared_thresholds(uploads, own, parts, N, n_sigma, om)
+              if leave_out and len(parts) > LEAVE_OUT_EXACT else None)
+    total: np.ndarray | None = None     # sum of every fresh part (a leave-out voter: total minus the rest)
+
+    def fresh_part(c: int, weighted: bool = True) -> np.ndarray:
+        Y = prod(c).copy()
+        w = _fresh_weight(uploads[c])
+        if AQ is not None and w != 1.0:
+            Y -= (1.0 - w) * AQ
+        if om is not None and weighted:
+            Y *= om[c]
+        return Y
 
     for j, members in enumerate(parts):
         fresh = [c for c in members if math.isfinite(own[c])]
-        if len(fresh) > 1:
-            thr[j] = _group_threshold([uploads[c] for c in fresh], N, n_sigma)
+        share = None if om is None or len(fresh) < 2 or om[fresh].sum() <= 0 else om[fresh] / om[fresh].sum()
+        if shared is not None and len(fresh) > 1:
+            thr[j] = shared[len(fresh)]
+        elif len(fresh) > 1:
+            thr[j] = _group_threshold([uploads[c] for c in fresh], N, n_sigma, shares=share)
         elif fresh:
             thr[j] = own[fresh[0]]
         if not fresh or d == 0:
             P.append(np.zeros((d, 0)))
             ritz.append(np.empty(0))
             continue
-        Y = prod(fresh[0]).copy()
-        for i, c in enumerate(fresh):
-            if i:
-                Y += prod(c)
-            w = _fresh_weight(uploads[c])
-            if AQ is not None and w != 1.0:
-                Y -= (1.0 - w) * AQ
+        if leave_out and 2 * len(members) > len(ops):
+            # most uploads vote: the sum of all fresh parts minus the few left out (O(L) per round)
+            if total is None:
+                total = sum((fresh_part(c) for c in range(len(ops)) if math.isfinite(own[c])),
+                            np.zeros((Q.shape[0], d)))
+            inside = set(members)
+            Y = total.copy()
+            for c in range(len(ops)):
+                if c not in inside and math.isfinite(own[c]):
+                    Y -= fresh_part(c)
+        elif len(fresh) == 1:
+            Y = fresh_part(fresh[0], weighted=False)     # a voter of one upload: its own fresh part
+        else:
+            Y = fresh_part(fresh[0])
+            for c in fresh[1:]:
+                Y += fresh_part(c)
         if len(fresh) > 1:
-            Y /= len(fresh)
+            tw = len(fresh) if om is None else float(om[fresh].sum())
+            if tw <= 0.0:   # members of weight 0 only: no say in the mean, no vote
+                P.append(np.zeros((d, 0)))
+                ritz.append(np.empty(0))
+                continue
+            Y /= tw
         H = Q.T @ Y
         vals, G = np.linalg.eigh(0.5 * (H + H.T))
         keep = vals > thr[j]
@@ -1153,13 +1275,19 @@ def support_test(
     return _support_in_basis(Q, candidates if C else None, uploads, ops, broadcast, N, p)
 
 
-def _candidate_directions(P: Sequence[np.ndarray], Gm: np.ndarray, s: int, rho: float, d: int) -> np.ndarray:
-    """Unit directions (columns, Q coordinates) that could have ``s`` votes."""
+def _candidate_directions(P: Sequence[np.ndarray], Gm: np.ndarray, s: int, rho: float, d: int,
+                          every_voter: bool = False) -> np.ndarray:
+    """Unit directions (columns, Q coordinates) that could have ``s`` votes.
+
+    ``every_voter`` (leave-out voters, a direction needs them all) with more than
+    :data:`LEAVE_OUT_EXACT` voters: the intersections of voter 0 with each other voter only
+    (a direction every voter holds lies in each of them), ``O(L)`` pairs instead of ``O(L^2)``."""
     cols = [Gm]
     if s == 1:
         cols.extend(Pc for Pc in P if Pc.shape[1])
     live = [Pc for Pc in P if Pc.shape[1]]
-    for i in range(len(live)):
+    first_only = every_voter and len(P) > LEAVE_OUT_EXACT
+    for i in range(1 if first_only else len(live)):
         for j in range(i + 1, len(live)):
             U, sv, Wt = np.linalg.svd(live[i].T @ live[j], full_matrices=False)
             keep = sv * sv >= rho
@@ -1231,6 +1359,54 @@ def _residual_fractions(x: np.ndarray, P: Sequence[np.ndarray], basis: Sequence[
     return out
 
 
+class SpanProducts:
+    """Products of a round's operators with the stored span, kept for the refresh to reuse.
+
+    The support test multiplies every upload and the broadcast by its basis; with a stored span
+    ``span`` ((N, r) orthonormal, :func:`memory_span`) it multiplies them by ``[Q, span]`` in the
+    same pass and keeps ``op_c @ span`` and ``broadcast @ span``. A stored pattern ``p`` lies in
+    that span, so the refresh's ``op_c @ p`` is ``(op_c @ span) (span^T p)`` without another pass
+    over the (N, N) operator (:func:`fedlam.refresh.refresh_voted`); only a pattern outside the
+    span (one that entered this round) needs its own products. Derived in {ref}`sec-robust-privacy`.
+    """
+
+    def __init__(self, span: np.ndarray, ops: Sequence[np.ndarray], broadcast: np.ndarray | None,
+                 compression: np.ndarray | None = None) -> None:
+        self.span = span
+        self.ops = list(ops)
+        self.broadcast = broadcast
+        #: (r, r) ``M`` with ``broadcast = span M span^T`` (None: not of that form, or unknown)
+        self.compression = compression
+        #: upload index -> ops[c] @ span
+        self.of_upload: dict[int, np.ndarray] = {}
+        self.of_broadcast: np.ndarray | None = None
+
+    def in_span(self, P: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+        """Coefficients ``C = span^T P`` and which columns of ``P`` lie in the span (residual at
+        most ``rtol`` of the column's norm)."""
+        C = self.span.T @ P
+        R = P - self.span @ C
+        inside = np.sqrt(np.einsum("ij,ij->j", R, R)) <= rtol * np.sqrt(np.einsum("ij,ij->j", P, P))
+        return C, inside
+
+    def times(self, c: int | None, op: np.ndarray, P: np.ndarray) -> np.ndarray:
+        """``op @ P`` (``op`` the ``c``-th upload's operator, or the broadcast for ``c=None``),
+        from the kept products for the columns of ``P`` in the span."""
+        if c is None and self.compression is not None and op is self.broadcast:
+            return self.span @ (self.compression @ (self.span.T @ P))
+        kept = self.of_broadcast if c is None else self.of_upload.get(c)
+        same = op is (self.broadcast if c is None else (self.ops[c] if 0 <= c < len(self.ops) else None))
+        if kept is None or not same or self.span.shape[1] == 0:
+            return op @ P
+        C, inside = self.in_span(P)
+        if not inside.any():
+            return op @ P
+        out = kept @ C
+        if not inside.all():
+            out[:, ~inside] = op @ P[:, ~inside]
+        return out
+
+
 @dataclass(frozen=True)
 class _StoredSpan:
     """How the support test counts the stored patterns' span ``span`` ((N, r), :func:`memory_span`).
@@ -1244,12 +1420,18 @@ class _StoredSpan:
 
     span: np.ndarray
     whole: bool
+    #: where the support test keeps its products with the span for the refresh (None: not kept)
+    products: SpanProducts | None = None
 
     @classmethod
-    def of(cls, broadcast: np.ndarray | None, whole: bool) -> _StoredSpan | None:
-        """The rule for the broadcast's stored span (None without a broadcast)."""
-        span = memory_span(broadcast)
-        return None if span is None else cls(span, whole)
+    def of(cls, broadcast: np.ndarray | None, whole: bool, ops: Sequence[np.ndarray] | None = None
+           ) -> _StoredSpan | None:
+        """The rule for the broadcast's stored span (None without a broadcast); with ``ops``, the
+        products with the span are kept (:class:`SpanProducts`)."""
+        if broadcast is None:
+            return None
+        span, M = _span_and_compression(broadcast)
+        return cls(span, whole, None if ops is None else SpanProducts(span, ops, broadcast, M))
 
     @property
     def whole_span(self) -> np.ndarray | None:
@@ -1264,16 +1446,19 @@ class _StoredSpan:
 
 def _support_in_basis(Q: np.ndarray, candidates: np.ndarray | None, uploads: Sequence[Any],
                       ops: Sequence[np.ndarray], broadcast: np.ndarray | None, N: int,
-                      p: dict, stored: _StoredSpan | None = None) -> SupportResult:
+                      p: dict, stored: _StoredSpan | None = None,
+                      weights: np.ndarray | None = None) -> SupportResult:
     d = Q.shape[1]
     s, rho = p["s"], p["rho"]
-    P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"), s)
+    P, n_cert, thr, ritz = _certify(uploads, ops, Q, broadcast, N, p["n_sigma"], p.get("groups"), s, weights,
+                                    kept=None if stored is None else stored.products)
     s = voting_quorum(len(P), p.get("groups"), s)
     Gm = _memory_basis(Q, broadcast, None if stored is None else stored.whole_span)
     # the fresh acceptance (s >= 2): the rest of the stored span counts s - 1 votes
     weak = None if stored is None else stored.weak_span
     Gw = _weak_memory_basis(Q, weak, Gm) if (weak is not None and broadcast is not None and s >= 2) else None
-    X = _candidate_directions(P if Gw is None or not Gw.shape[1] else [*P, Gw], Gm, s, rho, d)
+    X = _candidate_directions(P if Gw is None or not Gw.shape[1] else [*P, Gw], Gm, s, rho, d,
+                              every_voter=p.get("groups") == LEAVE_OUT)
     dfrac, dvotes = _vote_counts(X, P, Gm, s, rho, Gw)
     # rank the candidates by their s-th largest fraction (the memory counting s times): it is
     # >= rho exactly when the direction has s votes, and it is largest for the direction the s
@@ -1455,9 +1640,11 @@ def _complement(G: np.ndarray, d: int) -> np.ndarray:
 def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarray], comps: list,
                    noise_var: float, broadcast: np.ndarray | None, N: int,
                    p: dict, start: np.ndarray | None = None,
-                   stored: _StoredSpan | None = None) -> tuple[np.ndarray, Spectrum, dict]:
+                   stored: _StoredSpan | None = None,
+                   weights: np.ndarray | None = None) -> tuple[np.ndarray, Spectrum, dict]:
     """Remove the unsupported detected directions of J (see :func:`aggregate`; ``stored``: how
-    the stored span counts, :class:`_StoredSpan`)."""
+    the stored span counts, :class:`_StoredSpan`; ``weights``: the mean's, which the voters
+    of several uploads use too)."""
     spec, k = _top_spectrum_for(J, comps, noise_var, p["n_sigma"], start)
     details: dict = {"k_hat_mean": k, "removed": 0, "floor": float(spec.values[-1])}
     if k == 0:
@@ -1465,7 +1652,7 @@ def _support_clean(J: np.ndarray, uploads: Sequence[Any], ops: Sequence[np.ndarr
                        memory_dims=0)
         return J, spec, details
     V = spec.vectors[:, :k]
-    res = _support_in_basis(V, None, uploads, ops, broadcast, N, p, stored)
+    res = _support_in_basis(V, None, uploads, ops, broadcast, N, p, stored, weights)
     details.update(n_certified=res.n_certified, thresholds=res.thresholds, direction_votes=res.direction_votes,
                    memory_dims=res.memory_dims)
     Gu = res.unsupported
@@ -1588,8 +1775,10 @@ def aggregate(
             return RobustAggregate(_checked_mean(ops, om), comps, v, None, {"defense": None})
         # leave-out voters need every voter: the whole stored span is memory (as for the median's
         # majority count), not only the directions the broadcast's Rayleigh test finds
-        stored = _StoredSpan.of(broadcast, whole=True) if p.get("groups") == LEAVE_OUT else None
-        return _supported_mean(uploads, ops, om, broadcast, N, p, start, stored, defense="support")
+        # (their products with the stored span are kept for the refresh: RobustAggregate.products)
+        stored = _StoredSpan.of(broadcast, whole=True, ops=ops) if p.get("groups") == LEAVE_OUT else None
+        ra = _supported_mean(uploads, ops, om, broadcast, N, p, start, stored, defense="support")
+        return ra if stored is None else replace(ra, products=stored.products)
     if name in ("median", "trimmed"):
         if not np.allclose(om, 1.0 / L, rtol=0.0, atol=1e-12):
             raise ValueError(f"defense={name!r} is an unweighted estimator: weights must be None or uniform, "
@@ -1773,7 +1962,7 @@ def _supported_mean(uploads: Sequence[Any], ops: Sequence[np.ndarray], om: np.nd
     memory); ``details`` are added to the cleaning's details."""
     comps, v = khat.components_from_uploads(list(uploads), om, N)
     J2, spec, det = _support_clean(_checked_mean(ops, om), uploads, ops, comps, v, broadcast, N, p, start,
-                                   stored)
+                                   stored, om)
     det.update(details)
     return RobustAggregate(J2, comps, v, spec, det)
 

@@ -190,7 +190,7 @@ def test_acceptance_refused_as_run_federation_refuses(params_cls, value):
 def test_drift_acceptance_reaches_the_server_and_table():
     p = drift.DriftParams(**{**TINY[drift], "controllers": (0.0, "paper", "novelty"), "seeds": 2,
                              "acceptance": "paper"})
-    assert drift.DriftParams().acceptance == "fresh"  # the default
+    assert drift.DriftParams().acceptance == "voted"  # the default
     res = drift.run(p, 5)
     pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
     fresh = drift.run(pf, 5)
@@ -231,7 +231,7 @@ def test_drift_acceptance_reaches_the_server_and_table():
     j = all_fresh.params.controllers.index("novelty")
     assert cmp.rules == ("novelty",)
     np.testing.assert_array_equal(cmp.spurious_paper, res_nov.spurious[None, :, 0, -1])
-    np.testing.assert_array_equal(cmp.spurious_fresh, all_fresh.spurious[None, :, j])
+    np.testing.assert_array_equal(cmp.spurious_default, all_fresh.spurious[None, :, j])
     assert cmp.min_final_m == all_fresh.magnetization[:, j, -1].min()
     assert cmp.transient_seeds == int(np.any(all_fresh.spurious[:, j] > 0, axis=1).sum())
     assert cmp.tavg_cost == pytest.approx(res_nov.magnetization[:, 0].mean() - all_fresh.magnetization[:, j].mean())
@@ -268,7 +268,7 @@ def test_novelty_shapes_and_latency_helper():
 def test_novelty_acceptance_reaches_the_server_and_table():
     p = novelty.NoveltyParams(**{**TINY[novelty], "controllers": ("paper", "novelty"), "seeds": 2,
                                  "acceptance": "paper"})
-    assert novelty.NoveltyParams().acceptance == "fresh"  # the default
+    assert novelty.NoveltyParams().acceptance == "voted"  # the default
     res = novelty.run(p, 5)
     pf = dataclasses.replace(p, controllers=("novelty",), acceptance="fresh")
     fresh = novelty.run(pf, 5)
@@ -301,7 +301,7 @@ def test_novelty_acceptance_reaches_the_server_and_table():
     with pytest.raises(ValueError, match="rules"):
         novelty.acceptance_table(novelty.run(dataclasses.replace(p, controllers=("paper",)), 5),
                                  fresh)
-    with pytest.raises(TypeError, match="fresh"):
+    with pytest.raises(TypeError, match="default"):
         novelty.acceptance_table(res, object())
 
 
@@ -526,18 +526,21 @@ def test_drift_copy_uploads_and_duplicate_table():
     xi4 = data.random_archetypes(2, 400, 7)
     tab, out = drift.duplicate_table(xi4, drift.flip_bits(xi4[0], 20, 8), 0.3, 0.8, 400, 3, 9)
     names = ("copy stored", "both stored", "both stored, 1 absent")
-    assert [r[:2] for r in tab.table.rows] == [(a, b) for a in names for b in ("paper", "fresh")]
+    accs = ("paper", "voted", "fresh")
+    assert [r[:2] for r in tab.table.rows] == [(a, b) for a in names for b in accs]
     for row in tab.table.rows:
         o = out[row[0], row[1]]
         assert row[2] == str(o["k_hat"]) and row[3] == str(len(o["near"]))
-    # the derivation's claims: the copy stored, x enters beside it under either acceptance;
-    # both stored, the paper's acceptance keeps the pair and the default flattens e_-
-    assert len(out["copy stored", "paper"]["near"]) == len(out["copy stored", "fresh"]["near"]) == 2
-    assert len(out["both stored", "paper"]["near"]) == 2
+    # the derivation's claims: the copy stored, x enters beside it under every acceptance;
+    assert all(len(out["copy stored", a]["near"]) == 2 for a in accs)
+    # both stored, the paper's and the voted acceptance keep the pair (to the fresh data the
+    # copy is a stored pattern they no longer hold, like a retired correlated archetype, which
+    # the voted memory keeps whole); the fresh acceptance flattens e_- and keeps the archetype
+    for a in ("paper", "voted"):
+        assert len(out["both stored", a]["near"]) == 2 and len(out["both stored, 1 absent", a]["near"]) == 2
     assert out["both stored", "fresh"]["k_hat"] == out["both stored", "paper"]["k_hat"] - 1
-    # the default merges the pair into the version the fresh data hold (the archetype, overlap 1);
-    # before the merge step it stored neither version that round
     np.testing.assert_allclose(out["both stored", "fresh"]["near"], [[1.0, 0.9]])
     # ... also once archetype 0 has left the data: one version is kept, not both, not none
-    assert len(out["both stored, 1 absent", "paper"]["near"]) == 2
     assert len(out["both stored, 1 absent", "fresh"]["near"]) == 1
+    with pytest.raises(ValueError, match=r"acceptances\[0\]"):
+        drift.duplicate_table(xi4, drift.flip_bits(xi4[0], 20, 8), 0.3, 0.8, 400, 3, 9, acceptances=("mean",))

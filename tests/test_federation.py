@@ -379,14 +379,15 @@ def test_default_acceptance_under_example_level_privacy(kw, expected):
 
 
 @pytest.mark.parametrize("kw, expected", [
-    ({}, "fresh"), ({"defense": "support"}, "fresh"), ({"defense": "median"}, "paper"),
+    ({}, "voted"), ({"defense": "support"}, "fresh"), ({"defense": "median"}, "paper"),
     ({"defense": "trimmed"}, "paper"), ({"secure": True}, "paper"),
     ({"client_privacy": "client-level"}, "paper"), ({"acceptance": "paper"}, "paper"),
 ])
-def test_default_acceptance_is_fresh_wherever_the_server_sees_every_upload(kw, expected):
-    """Issue 18 item 2: certification against fresh data is the default; the server falls back
-    to the paper's acceptance only where it cannot certify (it holds only the sum) or where the
-    defence already counts by majority."""
+def test_default_acceptance_certifies_wherever_the_server_sees_every_upload(kw, expected):
+    """Issue 18 item 2: certification against fresh data is the default (leave-out voters without
+    a defence, the fresh acceptance under the support defence); the server falls back to the
+    paper's acceptance only where it cannot certify (it holds only the sum) or where the defence
+    already counts by majority."""
     from fedlam import privacy
 
     if kw.get("client_privacy") == "client-level":
@@ -395,8 +396,8 @@ def test_default_acceptance_is_fresh_wherever_the_server_sees_every_upload(kw, e
     assert server.acceptance == expected
     assert F.default_acceptance(secure=server.secure, defense=server.defense,
                                 client_privacy=server.client_privacy) == (
-        expected if "acceptance" not in kw else "fresh")
-    assert server.needs_uploads == (expected == "fresh" or server.defense is not None)
+        expected if "acceptance" not in kw else "voted")
+    assert server.needs_uploads == (expected in ("fresh", "voted") or server.defense is not None)
     assert f"acceptance={expected!r}" in repr(server)
 
 
@@ -404,7 +405,8 @@ def test_default_server_reads_privacy_noise_from_the_uploads():
     """A Server built directly with acceptance=None cannot be told that its clients noise their
     uploads; a round whose uploads declare dp_sigma > 0 runs the voted acceptance (as
     run_federation does with privacy=: the history of the support test with leave-one-out voters),
-    an explicit acceptance="fresh" is kept, and a round without noise runs the fresh acceptance."""
+    as does a round without noise; an explicit acceptance="fresh" is kept; under secure
+    aggregation a noised round runs "refresh" and a plain one the paper's."""
     from fedlam import operators, privacy
     from fedlam.protocol import Upload
 
@@ -422,8 +424,10 @@ def test_default_server_reads_privacy_noise_from_the_uploads():
         plain.append(Upload(B, M, 1.0, 1 - 0.81))
         noised.append(Upload(Z, M, 1.0, 1 - 0.81, dp_sigma=sig))
     server = F.Server()
-    assert server.acceptance == "fresh"
-    assert server.round_acceptance(plain) == "fresh" and server.round_acceptance(noised) == "voted"
+    assert server.acceptance == "voted"
+    assert server.round_acceptance(plain) == "voted" and server.round_acceptance(noised) == "voted"
+    secure = F.Server(secure=True)
+    assert secure.round_acceptance(plain) == "paper" and secure.round_acceptance(noised) == "refresh"
     assert F.Server(acceptance="fresh").round_acceptance(noised) == "fresh"
     got = server.round(noised, np.random.default_rng(0))
     ref = F.Server(defense="support", defense_params={"groups": "leave-out"}).round(noised, np.random.default_rng(0))
@@ -432,8 +436,8 @@ def test_default_server_reads_privacy_noise_from_the_uploads():
     assert got.patterns.shape[0] == K and np.all(ov.max(axis=0) >= 0.95)
     # the fresh acceptance on the same uploads stores nothing (what the default now avoids)
     assert F.Server(acceptance="fresh").round(noised, np.random.default_rng(0)).patterns.shape[0] == 0
-    fresh = F.Server().round(plain, np.random.default_rng(0))
-    assert np.array_equal(fresh.patterns, F.Server(acceptance="fresh").round(plain, np.random.default_rng(0)).patterns)
+    default = F.Server().round(plain, np.random.default_rng(0))
+    assert np.array_equal(default.patterns, F.Server(acceptance="voted").round(plain, np.random.default_rng(0)).patterns)
 
 
 def test_fresh_acceptance_keeps_a_stored_archetype_nobody_holds_now():

@@ -209,7 +209,7 @@ def test_paper_presets_are_the_papers_experiments():
     assert (s.T, s.M_total, s.L, s.rs, s.controller, s.seeds) == (12, 4000, 3, (0.6, 0.8), 0.6, 10)
     # the grid and the sweep beyond the paper are the full preset's, at the same sizes and seeds
     f = adversarial.make_params("full")
-    assert f.attacks == adversarial.ATTACKS and f.defenses == adversarial.DEFENSES and f.seeds == 20
+    assert f.attacks == adversarial.ATTACKS and f.defenses == adversarial.DEFAULT_DEFENSES and f.seeds == 20
     assert (f.N, f.M, f.T) == (a.N, a.M, a.T)
     assert adversarial.make_tradeoff_params("full").seeds == 20
     assert adversarial.make_tradeoff_params("paper") == adversarial.make_tradeoff_params("book")

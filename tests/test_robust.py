@@ -957,3 +957,94 @@ def test_private_federation_with_a_poisoner_keeps_the_fake_out_with_leave_out_vo
     default = federation.run_federation(xi, specs, T, 0, controller="novelty", privacy=mech)
     assert np.array_equal(default.k_hat, loo.k_hat)
     assert all(np.array_equal(a, b) for a, b in zip(default.patterns, loo.patterns, strict=True))
+
+
+# ----------------------------------------------------------------------------------------
+# many leave-out voters (cross-device): O(L) shortcuts
+def test_shared_leave_out_threshold_bounds_every_voters_own():
+    """Beyond LEAVE_OUT_EXACT leave-out voters share one threshold: the group threshold of every
+    fresh upload at a voter's scale. It is at least each voter's own threshold (so it certifies no
+    more than the exact test), and within 2 % of it at L = 80 heterogeneous uploads."""
+    rng = np.random.default_rng(5)
+    N, L = 200, 80
+    op = np.eye(N) / N
+    ups = [Upload(op, int(rng.integers(3, 12)), float(rng.uniform(0.3, 1.0)), float(rng.uniform(0.2, 0.6)),
+                  dp_sigma=float(rng.uniform(0.0, 1e-3))) for _ in range(L)]
+    ups[7] = Upload(op, 0, 1.0, 0.36)          # no fresh evidence: in no threshold
+    own = [robust.upload_threshold(u, N, 4.0) for u in ups]
+    parts = robust.voting_groups(L, robust.LEAVE_OUT, 2)
+    shared = robust._shared_thresholds(ups, own, parts, N, 4.0)
+    assert sorted(shared) == [L - 2, L - 1]     # the voter leaving out upload 7 has L - 1 fresh members
+    for v in parts[::7]:
+        fresh = [c for c in v if np.isfinite(own[c])]
+        exact = robust.group_threshold([ups[c] for c in fresh], N)
+        assert exact <= shared[len(fresh)] <= 1.02 * exact
+
+
+def test_many_leave_out_voters_match_the_exact_test():
+    """The shortcuts do not change the decisions: one voted round of 100 phones x 5 examples at
+    N = 200 certifies the same directions and gives the same patterns as with every voter's own
+    threshold and every pair intersected (LEAVE_OUT_EXACT raised above L)."""
+    from unittest import mock
+
+    from fedlam import federation as F
+
+    xi = data.random_archetypes(3, 200, 4)
+    L = 100
+    specs = [F.ClientSpec(r=0.8, M=5, mixture=data.static_mixture(2, L, 3)[:, c]) for c in range(L)]
+    h = F.run_federation(xi, specs, 2, 0, acceptance="voted")
+    with mock.patch.object(robust, "LEAVE_OUT_EXACT", 10_000):
+        exact = F.run_federation(xi, specs, 2, 0, acceptance="voted")
+    assert np.array_equal(h.k_hat, exact.k_hat) and np.all(h.k_hat == 3)
+    assert all(np.array_equal(a, b) for a, b in zip(h.patterns, exact.patterns, strict=True))
+    assert np.all(h.magnetization[-1] >= 0.95) and np.all(h.spurious == 0)
+
+
+def test_span_products_reuse_the_support_tests_passes_exactly():
+    """The refresh reads a stored pattern's products from the support test's pass over [Q, span]
+    (robust.SpanProducts) and the broadcast through its compression span M span^T: the same
+    products to rounding, and the same refreshed patterns, as multiplying every operator again."""
+    from fedlam import refresh
+
+    rng = np.random.default_rng(3)
+    N = 300
+    xi = data.random_archetypes(4, N, rng)
+    A = operators.pattern_operator(xi)
+    ups = [Upload(0.5 * operators.hebbian(data.sample_examples(xi, 300, 0.8, np.ones(4) / 4, rng)[0]) + 0.5 * A,
+                  300, 0.5, 1 - 0.8**2) for _ in range(3)]
+    ra = robust.aggregate(ups, None, "support", {"groups": "leave-out", "s": 2}, broadcast=A)
+    pr = ra.products
+    assert isinstance(pr, robust.SpanProducts) and pr.span.shape == (N, 4) and sorted(pr.of_upload) == [0, 1, 2]
+    assert pr.compression is not None
+    P = np.hstack([xi.T.astype(np.float64), rng.standard_normal((N, 1))])    # 4 in the span, 1 outside
+    _, inside = pr.in_span(P)
+    assert inside.tolist() == [True] * 4 + [False]
+    for c, u in enumerate(ups):
+        direct = u.operator @ P
+        assert np.abs(pr.times(c, u.operator, P) - direct).max() <= 1e-12 * np.abs(direct).max()
+    assert np.abs(pr.times(None, A, P) - A @ P).max() <= 1e-12 * np.abs(A @ P).max()
+    # another operator than the one the products came from is multiplied directly
+    other = ups[0].operator.copy()
+    assert np.array_equal(pr.times(0, other, P), other @ P)
+    voters = robust.voting_groups(3, robust.LEAVE_OUT, 2)
+    stale = xi.copy()
+    stale[0, :6] *= -1
+    a = refresh.refresh_voted(ups, A, stale, voters)
+    b = refresh.refresh_voted(ups, A, stale, voters, products=pr)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_broadcast_compression_only_for_an_operator_of_its_span():
+    N = 200
+    xi = data.random_archetypes(3, N, np.random.default_rng(0))
+    A = operators.pattern_operator(xi)
+    U, M = robust._span_and_compression(A)
+    X = np.random.default_rng(1).standard_normal((N, 5))
+    assert U.shape == (N, 3) and np.abs(U @ (M @ (U.T @ X)) - A @ X).max() < 1e-12
+    B = A.copy()
+    B[0, 1] += 1e-3                                 # not symmetric: no compression
+    assert robust._span_and_compression(B)[1] is None
+    B = A.copy()
+    B[4, 5] = np.inf
+    with pytest.raises(ValueError, match="broadcast"):
+        robust.memory_span(B)

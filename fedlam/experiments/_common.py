@@ -300,16 +300,21 @@ class TitledTable:
         return self._repr_markdown_()
 
 
-def check_acceptance_pair(res: Any, fresh: Any, result_type: type[Any],
-                          names: tuple[str, str] = ("res", "fresh")) -> tuple[Any, Any]:
-    """The params of two runs of one setting under ``acceptance="paper"`` (``res``) and
-    ``"fresh"``; only their controllers may differ. Errors name the arguments ``names``."""
-    for name, r in zip(names, (res, fresh), strict=True):
+#: the acceptances that certify against the uploads' fresh parts (the default is the first)
+CERTIFIED = ("voted", "fresh")
+
+
+def check_acceptance_pair(res: Any, default: Any, result_type: type[Any],
+                          names: tuple[str, str] = ("res", "default")) -> tuple[Any, Any]:
+    """The params of two runs of one setting under ``acceptance="paper"`` (``res``) and a
+    certifying acceptance (``default``: ``"voted"``, the library's default, or ``"fresh"``);
+    only their controllers may differ. Errors name the arguments ``names``."""
+    for name, r in zip(names, (res, default), strict=True):
         if not isinstance(r, result_type):
             raise TypeError(f"{name} must be a {result_type.__name__}, got {type(r).__name__}")
-    p, pf = res.params, fresh.params
-    if p.acceptance != "paper" or pf.acceptance != "fresh":
-        raise ValueError(f"{names[0]} and {names[1]} must run acceptance='paper' and 'fresh', got "
+    p, pf = res.params, default.params
+    if p.acceptance != "paper" or pf.acceptance not in CERTIFIED:
+        raise ValueError(f"{names[0]} and {names[1]} must run acceptance='paper' and one of {CERTIFIED}, got "
                          f"{p.acceptance!r} and {pf.acceptance!r}")
     if dataclasses.replace(pf, controllers=p.controllers, acceptance="paper") != p:
         raise ValueError(f"{names[1]} must have the setting of {names[0]} (only controllers and acceptance "
@@ -317,34 +322,35 @@ def check_acceptance_pair(res: Any, fresh: Any, result_type: type[Any],
     return p, pf
 
 
-def acceptance_table(res: Any, fresh: Any, result_type: type[Any], final_m: Any, final_m_label: str) -> Any:
-    """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
+def acceptance_table(res: Any, default: Any, result_type: type[Any], final_m: Any, final_m_label: str) -> Any:
+    """The paper's acceptance beside the default acceptance, one row per rule and acceptance.
 
     Shared by :func:`fedlam.experiments.drift.acceptance_table` and
-    :func:`fedlam.experiments.novelty.acceptance_table`. ``res`` and ``fresh`` are results of
-    ``result_type`` with ``acceptance="paper"`` and ``"fresh"``, the same setting and seeds;
+    :func:`fedlam.experiments.novelty.acceptance_table`. ``res`` and ``default`` are results of
+    ``result_type`` with ``acceptance="paper"`` and a certifying one (:data:`CERTIFIED`), the same
+    setting and seeds;
     the rules of one must be among the other's, and the table has a pair of rows for each rule
     of the run with fewer rules (in its order), e.g. the adaptive rules of a paper-acceptance
     run beside a default run of every rule. ``final_m(mag)`` formats the final
     magnetizations ``mag`` (seeds, K) of one rule, described in the title by ``final_m_label``.
-    The fresh acceptance is derived in {ref}`sec-robust-fresh`.
+    The certifying acceptances are derived in {ref}`sec-robust-fresh`.
     """
-    p, pf = check_acceptance_pair(res, fresh, result_type)
+    p, pf = check_acceptance_pair(res, default, result_type)
     shown = min(pf.controllers, p.controllers, key=len)
     other = p.controllers if shown is pf.controllers else pf.controllers
     missing = [c for c in shown if c not in other]
     if missing:
-        raise ValueError(f"the rules of one of res and fresh must be among the other's, got "
+        raise ValueError(f"the rules of one of res and default must be among the other's, got "
                          f"{p.controllers} and {pf.controllers}")
     rows = []
     for c in shown:
-        for r in (res, fresh):
+        for r in (res, default):
             i = r.params.controllers.index(c)
             sp, mag = r.spurious[:, i, -1], r.magnetization[:, i]
             rows.append((controller_label(c), r.params.acceptance,
                          f"{sp.mean():.2f} ({sp.max()})", f"{r.k_hat[:, i, -1].mean():.2f}",
                          final_m(mag[:, -1]), f"{mag[:, -1].min(axis=1).mean():.2f}", f"{mag.mean():.3f}"))
-    return TitledTable("The paper's acceptance and the fresh acceptance: final spurious patterns "
+    return TitledTable(f"The paper's acceptance and the {pf.acceptance} acceptance: final spurious patterns "
                        f"(mean over seeds, most in one seed), final K-hat, {final_m_label}, "
                        "final lowest m and time-averaged m (means over seeds)", rows,
                        ("rule", "acceptance", "spurious", "K-hat", "final m", "min m",

@@ -74,10 +74,11 @@ class DriftParams:
         Whether clients' controllers use the true r (False: estimated from their own spectrum).
     seeds : int
         Independent repetitions (our choice: 10 at the paper preset).
-    acceptance : {"fresh", "paper"}
+    acceptance : {"voted", "paper", "fresh", "refresh"}
         How the server admits patterns into its memory (``run_federation``'s option):
-        ``"fresh"`` (default, the library's default here) only directions the fresh parts of
-        two uploads certify, ``"paper"`` whatever the factorization accepts. Derived in {ref}`sec-robust-fresh`.
+        ``"voted"`` (default, the library's default, :func:`fedlam.federation.default_acceptance`)
+        only directions that every voter (the fresh parts of all uploads but one) certifies,
+        ``"paper"`` whatever the factorization accepts. Derived in {ref}`sec-robust-fresh`.
     """
 
     N: int = 400
@@ -91,7 +92,7 @@ class DriftParams:
     ema_alpha: float = 0.5
     known_r: bool = False
     seeds: int = 10
-    acceptance: str = "fresh"
+    acceptance: str = "voted"
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)
@@ -348,15 +349,16 @@ def paper_table(res: DriftResult) -> Any:
                        rows, ("rule", "paper", "final m", "mean w", "spurious"))
 
 
-def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
-    """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
+def acceptance_table(res: DriftResult, default: DriftResult) -> Any:
+    """The paper's acceptance beside the default acceptance, one row per rule and acceptance.
 
     Parameters
     ----------
     res : DriftResult
         A run with ``acceptance="paper"``.
-    fresh : DriftResult
-        The same setting and seeds (same ``rng``) with ``acceptance="fresh"`` (the default).
+    default : DriftResult
+        The same setting and seeds (same ``rng``) with the default acceptance (``"voted"``) or
+        another that certifies (``"fresh"``).
         The rules of one run must be among the other's; the table shows the rules of the run
         with fewer rules.
 
@@ -365,11 +367,11 @@ def acceptance_table(res: DriftResult, fresh: DriftResult) -> Any:
     TitledTable
         Per rule, under each acceptance: the final spurious patterns (mean over seeds, the
         most in one seed), the final K-hat, the final m per archetype, the final lowest m over
-        the archetypes and the time-averaged m (means over seeds). The fresh acceptance is
-        derived in {ref}`sec-robust-fresh`.
+        the archetypes and the time-averaged m (means over seeds). The certifying acceptances
+        are derived in {ref}`sec-robust-fresh`.
     """
     res = _check_result(res)
-    return _acceptance_table(res, fresh, DriftResult,
+    return _acceptance_table(res, default, DriftResult,
                              lambda m: " ".join(f"{x:.2f}" for x in m.mean(axis=0)),
                              "final m per archetype")
 
@@ -385,21 +387,21 @@ class AcceptanceComparison:
     ----------
     rules : tuple of str
     spurious_paper : (rule, S) final spurious patterns under the paper's acceptance.
-    spurious_fresh : (rule, S, T) spurious patterns in every round under the fresh acceptance.
-    min_final_m : lowest final magnetization over seeds, rules and archetypes (fresh).
-    transient_seeds : seeds in which the fresh acceptance stored a spurious pattern in some round.
+    spurious_default : (rule, S, T) spurious patterns in every round under the default acceptance.
+    min_final_m : lowest final magnetization over seeds, rules and archetypes (default).
+    transient_seeds : seeds in which the default acceptance stored a spurious pattern in some round.
     delay : (rule, S) rounds by which the last archetype's entry (first round with m >= 0.9;
-        NaN: never) comes later under the fresh acceptance than under the paper's.
-    tavg_cost : the largest loss of time-averaged magnetization over the rules (paper - fresh).
-    lost : (S, rule, T, K) bool, fresh: an archetype held once (m >= 0.9) and below 0.5 now.
-    t_peak, w_peak_paper, w_peak_fresh : the round (from round 2 on) where the paper's rule's
+        NaN: never) comes later under the default acceptance than under the paper's.
+    tavg_cost : the largest loss of time-averaged magnetization over the rules (paper - default).
+    lost : (S, rule, T, K) bool, default: an archetype held once (m >= 0.9) and below 0.5 now.
+    t_peak, w_peak_paper, w_peak_default : the round (from round 2 on) where the paper's rule's
         weight peaks under the paper's acceptance, that weight, and the rule's weight in that
-        round under the fresh acceptance.
+        round under the default acceptance.
     """
 
     rules: tuple
     spurious_paper: np.ndarray
-    spurious_fresh: np.ndarray
+    spurious_default: np.ndarray
     min_final_m: float
     transient_seeds: int
     delay: np.ndarray
@@ -407,16 +409,16 @@ class AcceptanceComparison:
     lost: np.ndarray
     t_peak: int
     w_peak_paper: float
-    w_peak_fresh: float
+    w_peak_default: float
 
     @property
     def lost_seeds(self) -> int:
-        """Seeds in which an archetype is lost again after its entry (fresh)."""
+        """Seeds in which an archetype is lost again after its entry (default)."""
         return int(np.any(self.lost, axis=(1, 2, 3)).sum())
 
     @property
     def lost_rounds(self) -> int:
-        """The most rounds one archetype spends lost in one seed and rule (fresh)."""
+        """The most rounds one archetype spends lost in one seed and rule (default)."""
         return int(self.lost.sum(axis=2).max())
 
 
@@ -426,15 +428,15 @@ def _entry_round(mag: np.ndarray, k: int) -> np.ndarray:
     return np.where(m.max(axis=1) >= 0.9, np.argmax(m >= 0.9, axis=1), np.nan)
 
 
-def acceptance_comparison(paper: DriftResult, fresh: DriftResult) -> AcceptanceComparison:
-    """What the fresh acceptance changes on the drift experiment, measured on two runs.
+def acceptance_comparison(paper: DriftResult, default: DriftResult) -> AcceptanceComparison:
+    """What the default acceptance changes on the drift experiment, measured on two runs.
 
     Parameters
     ----------
     paper : DriftResult
         A run with ``acceptance="paper"`` of the adaptive rules (``"paper"``, ``"novelty"``).
-    fresh : DriftResult
-        The same setting and seeds with the fresh acceptance (the default), holding the same
+    default : DriftResult
+        The same setting and seeds with the default acceptance (or ``"fresh"``), holding the same
         rules (and possibly constant weights besides).
 
     Returns
@@ -442,30 +444,30 @@ def acceptance_comparison(paper: DriftResult, fresh: DriftResult) -> AcceptanceC
     AcceptanceComparison
         Derived on the page of the drift experiment ({ref}`sec-robust-fresh` for the rule).
     """
-    p, pf = _check_acceptance_pair(paper, fresh, DriftResult, ("paper", "fresh"))
+    p, pf = _check_acceptance_pair(paper, default, DriftResult, ("paper", "default"))
     rules = tuple(c for c in p.controllers if isinstance(c, str))
     if not rules or any(c not in pf.controllers for c in rules):
-        raise ValueError(f"paper must run adaptive rules and fresh must hold them, got {p.controllers} "
+        raise ValueError(f"paper must run adaptive rules and default must hold them, got {p.controllers} "
                          f"and {pf.controllers}")
-    idx = [(paper.params.controllers.index(c), fresh.params.controllers.index(c)) for c in rules]
-    K, T = fresh.params.K, fresh.params.T
+    idx = [(paper.params.controllers.index(c), default.params.controllers.index(c)) for c in rules]
+    K, T = default.params.K, default.params.T
     sp_p = np.stack([paper.spurious[:, i, -1] for i, _ in idx])
-    sp_f = np.stack([fresh.spurious[:, j] for _, j in idx])
+    sp_f = np.stack([default.spurious[:, j] for _, j in idx])
     ad = [j for _, j in idx]
-    delay = np.array([_entry_round(fresh.magnetization[:, j], K - 1) - _entry_round(paper.magnetization[:, i], K - 1)
+    delay = np.array([_entry_round(default.magnetization[:, j], K - 1) - _entry_round(paper.magnetization[:, i], K - 1)
                       for i, j in idx])
-    cost = max(float(paper.magnetization[:, i].mean() - fresh.magnetization[:, j].mean()) for i, j in idx)
-    mag = fresh.magnetization[:, ad]
+    cost = max(float(paper.magnetization[:, i].mean() - default.magnetization[:, j].mean()) for i, j in idx)
+    mag = default.magnetization[:, ad]
     held = np.maximum.accumulate(mag >= 0.9, axis=2)
     w_pp = weight_curve(paper, "paper") if "paper" in rules else np.zeros(T)
-    w_fp = weight_curve(fresh, "paper") if "paper" in rules else np.zeros(T)
+    w_fp = weight_curve(default, "paper") if "paper" in rules else np.zeros(T)
     t0 = min(2, T - 1)
     t_pk = t0 + int(np.argmax(w_pp[t0:]))
     return AcceptanceComparison(
-        rules=rules, spurious_paper=sp_p, spurious_fresh=sp_f,
-        min_final_m=float(fresh.magnetization[:, ad, -1].min()),
+        rules=rules, spurious_paper=sp_p, spurious_default=sp_f,
+        min_final_m=float(default.magnetization[:, ad, -1].min()),
         transient_seeds=int(np.any(sp_f > 0, axis=(0, 2)).sum()), delay=delay, tavg_cost=cost,
-        lost=held & (mag < 0.5), t_peak=t_pk, w_peak_paper=float(w_pp[t_pk]), w_peak_fresh=float(w_fp[t_pk]))
+        lost=held & (mag < 0.5), t_peak=t_pk, w_peak_paper=float(w_pp[t_pk]), w_peak_default=float(w_fp[t_pk]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,8 +599,9 @@ def copy_uploads(archetypes: np.ndarray, stored: np.ndarray, w: float, r: float,
 
 
 def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float, M: int, L: int,
-                    rng: Any) -> tuple[Any, dict]:
-    """Server steps with a stored copy of archetype 0 under the paper's and the default acceptance.
+                    rng: Any, acceptances: tuple = ("paper", "voted", "fresh")) -> tuple[Any, dict]:
+    """Server steps with a stored copy of archetype 0 under the paper's, the default and the
+    fresh acceptance (``acceptances``, each in :data:`fedlam.federation.ACCEPTANCES`).
 
     Round "copy stored": the memory holds ``copy`` (archetype 0 a few bits off) and the other
     archetypes; round "both stored": it holds archetype 0 as well; round "both stored, 1
@@ -627,6 +630,12 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
     from fedlam import federation
     from fedlam._validation import as_rng
 
+    from fedlam.federation import ACCEPTANCES
+
+    if not isinstance(acceptances, tuple) or not acceptances:
+        raise TypeError(f"acceptances must be a non-empty tuple of {ACCEPTANCES}, got {acceptances!r}")
+    for i, a in enumerate(acceptances):
+        check_choice(a, f"acceptances[{i}]", ACCEPTANCES)
     x = _check_pm1(archetypes[0] if isinstance(archetypes, np.ndarray) and archetypes.ndim == 2
                    else archetypes, "archetypes[0]")
     copy = _check_pm1(copy, "copy", x.size)
@@ -641,7 +650,7 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
     for name, (stored, held) in rounds.items():
         ups, A = copy_uploads(held, stored, w, r, M, L, gen)
         seed = int(gen.integers(2**62))
-        for acc in ("paper", "fresh"):
+        for acc in acceptances:
             rr = federation.Server(acceptance=acc).round(ups, np.random.default_rng(seed), broadcast=A,
                                                          broadcast_rank=stored.shape[0])
             P = rr.patterns.astype(np.float64)

@@ -72,10 +72,11 @@ class NoveltyParams:
         Flow time of the sharpening used for the spectral-gap diagnostic (the LAM default, 2).
     seeds : int
         Independent repetitions.
-    acceptance : {"fresh", "paper"}
+    acceptance : {"voted", "paper", "fresh", "refresh"}
         How the server admits patterns into its memory (``run_federation``'s option):
-        ``"fresh"`` (default, the library's default here) only directions the fresh parts of
-        two uploads certify, ``"paper"`` whatever the factorization accepts. Derived in {ref}`sec-robust-fresh`.
+        ``"voted"`` (default, the library's default, :func:`fedlam.federation.default_acceptance`)
+        only directions that every voter (the fresh parts of all uploads but one) certifies,
+        ``"paper"`` whatever the factorization accepts. Derived in {ref}`sec-robust-fresh`.
     """
 
     N: int = 400
@@ -92,7 +93,7 @@ class NoveltyParams:
     known_r: bool = False
     dream_time: float = 2.0
     seeds: int = 30
-    acceptance: str = "fresh"
+    acceptance: str = "voted"
 
     def __post_init__(self) -> None:
         check_positive_int(self.N, "N", minimum=10)
@@ -379,15 +380,16 @@ def paper_table(res: NoveltyResult) -> Any:
                        rows, ("quantity", "paper", "measured"))
 
 
-def acceptance_table(res: NoveltyResult, fresh: NoveltyResult) -> Any:
-    """The paper's acceptance beside the fresh acceptance, one row per rule and acceptance.
+def acceptance_table(res: NoveltyResult, default: NoveltyResult) -> Any:
+    """The paper's acceptance beside the default acceptance, one row per rule and acceptance.
 
     Parameters
     ----------
     res : NoveltyResult
         A run with ``acceptance="paper"``.
-    fresh : NoveltyResult
-        The same setting and seeds (same ``rng``) with ``acceptance="fresh"`` (the default).
+    default : NoveltyResult
+        The same setting and seeds (same ``rng``) with the default acceptance (``"voted"``) or
+        another that certifies (``"fresh"``).
         The rules of one run must be among the other's; the table shows the rules of the run
         with fewer rules.
 
@@ -401,6 +403,6 @@ def acceptance_table(res: NoveltyResult, fresh: NoveltyResult) -> Any:
     """
     res = _check_result(res)
     Ko = res.params.K_old
-    return _acceptance_table(res, fresh, NoveltyResult,
+    return _acceptance_table(res, default, NoveltyResult,
                              lambda m: f"{m[:, :Ko].mean():.2f}/{m[:, Ko:].mean():.2f}",
                              "final m of the old/new archetypes")
