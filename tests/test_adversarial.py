@@ -9,7 +9,7 @@
 * Bad input (unknown defence, s outside [1, L], trimming fraction outside [0, 0.5)) is rejected
   before round 0 with a ValueError naming the argument.
 * The experiment module: shapes, determinism, the executor option, the trade-off run; its
-  ``"none"`` is the paper's server and ``"fresh"`` the library's default (issue 18).
+  ``"none"`` is the paper's server and ``"voted"`` the library's default (issue 18).
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def test_tradeoff_shapes():
     res = adversarial.run_tradeoff(p, 0)
     assert res.magnetization.shape == (1, 2, 2, p.T, p.K + 1)
     assert res.holders_recovered.shape == (1, 2, 3) and res.fake_stored.shape == (1, 2, 1)
-    assert set(res.summary) >= {"two_of_five/support", "novelty/none", "s=1", "s=2"}
+    assert res.holders_recovered_voted.shape == (1, 2, 3) and res.fake_stored_voted.shape == (1, 2, 1)
+    assert set(res.summary) >= {"two_of_five/support", "novelty/none", "s=1", "s=2", "s=1/voted", "s=2/voted"}
     with pytest.raises(ValueError, match="L = K"):
         adversarial.TradeoffParams(L=4, K=5)
 
@@ -238,7 +239,8 @@ def test_tradeoff_and_rule_tables():
     t = repr(adversarial.tradeoff_table(tres))
     assert "| two_of_five | support |" in t and "seeds: 1" in t
     s = repr(adversarial.choice_of_s_table(tres))
-    assert s.count("\n| ") == 3 and "| s | fake, k = 1 | h = 1 | h = 2 | h = 3 |" in s
+    assert s.count("\n| ") == 5 and "| s | voters | fake, k = 1 | h = 1 | h = 2 | h = 3 |" in s
+    assert "| 2 | uploads |" in s and "| 2 | leave-out |" in s
     rs = np.geomspace(0.005, 0.5, 5)
     rule = adversarial.paper_rule_on_noise(40, 40, 3, rs, 4, rng=1)
     r = repr(adversarial.noise_rule_table(rule, np.array([0.0078, 0.2]), np.array([0.9, 0.95]), 8))
@@ -255,7 +257,7 @@ def test_near_copy_table():
 
 
 # ----------------------------------------------------------------------------------------
-# the paper's server ("none") and the library's default ("fresh") side by side (issue 18)
+# the paper's server ("none") and the library's default ("voted") side by side (issue 18)
 def _one_poison_run(p, rng, **kwargs):
     """The experiment's ``poison`` federation of seed 0, rebuilt from run_federation directly."""
     from fedlam.experiments._common import seed_pairs
@@ -271,8 +273,8 @@ def _one_poison_run(p, rng, **kwargs):
     return h, beh.fake(p.N), xi
 
 
-def test_none_is_the_papers_server_and_fresh_the_default():
-    p = adversarial.AdversarialParams(N=60, M=60, T=3, attacks=("poison",), defenses=("none", "fresh"),
+def test_none_is_the_papers_server_and_voted_the_default():
+    p = adversarial.AdversarialParams(N=60, M=60, T=3, attacks=("poison",), defenses=("none", "voted"),
                                       controllers=("paper",), t_new=None, seeds=1)
     res = adversarial.run(p, 4)
     paper, fake, xi = _one_poison_run(p, 4, acceptance="paper")
@@ -285,17 +287,20 @@ def test_none_is_the_papers_server_and_fresh_the_default():
     # the two servers differ: the paper's stores the lone poisoner's fake, the default does not
     assert res.fake_in_memory[0, 0, 0, 0].max() == 1.0 and res.fake_in_memory[0, 0, 1, 0].max() == 0.0
     assert adversarial.defense_label("none") == "paper (mean)"
-    assert adversarial.defense_label("fresh") == "fresh (default)"
+    assert adversarial.defense_label("voted") == "voted (default)"
+    assert adversarial.defense_label("fresh") == "fresh"
     assert adversarial.defense_label("support") == "support"
     with pytest.raises(ValueError, match="name"):
         adversarial.defense_label("mean")
 
 
-def test_fresh_keeps_a_lone_poisoners_fake_out():
-    """Every single poisoner against the fresh acceptance: its fake never in memory, no spurious
-    pattern at the last round, the archetypes kept; the paper's server stores every fake."""
+@pytest.mark.parametrize("certified", ["voted", "fresh"])
+def test_certified_acceptances_keep_a_lone_poisoners_fake_out(certified):
+    """Every single poisoner against the voted (default) and the fresh acceptance: its fake never
+    in memory, no spurious pattern at the last round, the archetypes kept; the paper's server
+    stores every fake."""
     p = adversarial.AdversarialParams(N=60, M=60, T=4, attacks=("poison", "hidden", "targeted"),
-                                      defenses=("none", "fresh"), controllers=("paper", "novelty"),
+                                      defenses=("none", certified), controllers=("paper", "novelty"),
                                       t_new=None, seeds=2)
     res = adversarial.run(p, 3)
     assert np.all(res.fake_in_memory[:, :, 0].max(axis=-1) == 1.0)     # the attack is real
@@ -305,28 +310,31 @@ def test_fresh_keeps_a_lone_poisoners_fake_out():
 
 
 def test_presets_and_tables_show_both_servers():
-    assert adversarial.DEFENSES[:2] == ("none", "fresh")
+    assert adversarial.DEFAULT_DEFENSES[:2] == ("none", "voted")
+    assert set(adversarial.DEFAULT_DEFENSES) | {"fresh"} == set(adversarial.DEFENSES)
     assert adversarial.PRESETS["paper"].defenses == ("none",)
     for preset in ("book", "full"):
-        assert adversarial.PRESETS[preset].defenses == adversarial.DEFENSES
-        assert adversarial.TRADEOFF_PRESETS[preset].defenses == adversarial.DEFENSES
-    p = adversarial.AdversarialParams(**{**TINY, "attacks": ("poison",), "defenses": ("none", "fresh", "support")})
+        assert adversarial.PRESETS[preset].defenses == adversarial.DEFAULT_DEFENSES
+        assert adversarial.TRADEOFF_PRESETS[preset].defenses == adversarial.DEFAULT_DEFENSES
+    p = adversarial.AdversarialParams(**{**TINY, "attacks": ("poison",), "defenses": ("none", "voted", "support")})
     res = adversarial.run(p, 0)
     grid = repr(adversarial.grid_table(res, "paper"))
-    assert "| poison | paper (mean) |" in grid and "| poison | fresh (default) |" in grid
+    assert "| poison | paper (mean) |" in grid and "| poison | voted (default) |" in grid
     sup = repr(adversarial.support_table(res))
-    assert "| fresh (default) | poison | either |" in sup and "| paper (mean) | poison | either |" in sup
-    assert "paper (mean), fresh (default), support" in repr(adversarial.setting_table(p))
+    assert "| voted (default) | poison | either |" in sup and "| paper (mean) | poison | either |" in sup
+    assert "paper (mean), voted (default), support" in repr(adversarial.setting_table(p))
     paper = repr(adversarial.paper_table(res, np.array([0.0078])))
-    s = {d: res.summary[f"poison/{d}/paper"]["fake_any_fraction"] for d in ("none", "support", "fresh")}
+    s = {d: res.summary[f"poison/{d}/paper"]["fake_any_fraction"] for d in ("none", "support", "voted")}
     assert (f"| fake stored, poison | robust | {100 * s['none']:.0f}% / {100 * s['support']:.0f}% / "
-            f"{100 * s['fresh']:.0f}% |") in paper
+            f"{100 * s['voted']:.0f}% |") in paper
 
 
-def test_near_copy_sweep_against_the_fresh_acceptance():
-    sweep = adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, rng=0, defense="fresh")
-    assert sweep.params["defense"] == "fresh"
+@pytest.mark.parametrize("defense, against", [("voted", "the voted acceptance (the default)"),
+                                              ("fresh", "the fresh acceptance")])
+def test_near_copy_sweep_against_the_certified_acceptances(defense, against):
+    sweep = adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, rng=0, defense=defense)
+    assert sweep.params["defense"] == defense
     t = repr(adversarial.near_copy_table(sweep))
-    assert t.startswith("**A near-copy of archetype 0 against the fresh acceptance (the default) (")
+    assert t.startswith(f"**A near-copy of archetype 0 against {against} (")
     with pytest.raises(ValueError, match="defense"):
         adversarial.near_copy_sweep((0.9,), N=40, M=40, N_fed=40, T=3, seeds=1, defense="median")

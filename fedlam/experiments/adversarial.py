@@ -6,8 +6,9 @@ a poisoner uploading the operator of a fake pattern (``"poison"``), a sign-flipp
 colluding poisoners with one fake (``"collude"``), a poisoner uploading a corrupted copy of a
 stored archetype (``"targeted"``) -- or none (``"none"``). Every attack runs against every
 server defence under both weight rules: ``"none"`` (the paper's server: the plain mean and the
-paper's acceptance, ``acceptance="paper"``), ``"fresh"`` (the library's default server: the
-plain mean and the fresh acceptance, {ref}`sec-robust-fresh`), ``"support"``, ``"median"``,
+paper's acceptance, ``acceptance="paper"``), ``"voted"`` (the library's default server: the
+plain mean and the voted acceptance, leave-one-out voters, {ref}`sec-robust-privacy`),
+``"fresh"`` (the fresh acceptance, single-upload votes, {ref}`sec-robust-fresh`), ``"support"``, ``"median"``,
 ``"trimmed"``, ``"krum"`` (:mod:`fedlam.robust`). Optionally a legitimately new
 archetype appears mid-run at one good client and spreads to the others one by one, so that
 the table also shows how long each defence delays it. The paper's version of the noise-client
@@ -50,6 +51,7 @@ from fedlam.metrics import first_round
 __all__ = [
     "ATTACKS",
     "DEFENSES",
+    "DEFAULT_DEFENSES",
     "DEFENSE_LABELS",
     "SCENARIOS",
     "defense_label",
@@ -81,9 +83,12 @@ __all__ = [
 ]
 
 ATTACKS = ("none", "noise", "poison", "flip", "hidden", "collude", "targeted")
-DEFENSES = ("none", "fresh", "support", "median", "trimmed", "krum")
+DEFENSES = ("none", "voted", "fresh", "support", "median", "trimmed", "krum")
+#: the defences the experiments compare by default: the paper's server, the library's default
+#: and the defences of :mod:`fedlam.robust` (``"fresh"`` on request)
+DEFAULT_DEFENSES = ("none", "voted", "support", "median", "trimmed", "krum")
 #: how the tables name a defence (the others by their name)
-DEFENSE_LABELS = {"none": "paper (mean)", "fresh": "fresh (default)"}
+DEFENSE_LABELS = {"none": "paper (mean)", "voted": "voted (default)"}
 SCENARIOS = ("iid", "three_of_five", "two_of_five", "one_of_five", "drift", "novelty")
 _MEMORY_M = 0.95  # an archetype is "in memory" when its magnetization reaches this
 
@@ -132,7 +137,7 @@ def spreading_novelty(T: int, L: int, K_old: int, t_new: int, spread: int, pi_ne
 
 def defense_label(name: str) -> str:
     """How the tables name a defence of ``DEFENSES``: ``"none"`` is the paper's server (plain
-    mean, paper's acceptance), ``"fresh"`` the library's default (plain mean, fresh acceptance)."""
+    mean, paper's acceptance), ``"voted"`` the library's default (plain mean, voted acceptance)."""
     check_choice(name, "name", DEFENSES)
     return DEFENSE_LABELS.get(name, name)
 
@@ -141,14 +146,15 @@ def _defense_kwargs(name: str, params: dict | None = None) -> dict:
     """``run_federation`` keywords of a defence.
 
     ``"none"`` is the paper's server, the plain mean with ``acceptance="paper"`` (explicit: the
-    library's default is the fresh acceptance); ``"fresh"`` the plain mean with
-    ``acceptance="fresh"``, the library's default ({ref}`sec-robust-fresh`); the others a
-    defence of :mod:`fedlam.robust` with the acceptance the library resolves for it.
+    library's default is the voted acceptance); ``"voted"`` the plain mean with
+    ``acceptance="voted"``, the library's default; ``"fresh"`` the plain mean with
+    ``acceptance="fresh"`` ({ref}`sec-robust-fresh`); the others a defence of
+    :mod:`fedlam.robust` with the acceptance the library resolves for it.
     """
     if name == "none":
         return {"acceptance": "paper"}
-    if name == "fresh":
-        return {"acceptance": "fresh"}
+    if name in ("voted", "fresh"):
+        return {"acceptance": name}
     return {"defense": name, "defense_params": params}
 
 
@@ -175,8 +181,8 @@ class AdversarialParams:
         Adversaries compared, each in ``ATTACKS`` (``"none"``: the good clients alone).
     defenses : tuple of str
         Server defences compared, each in ``DEFENSES`` (``"none"``: the paper's server, the plain
-        mean with the paper's acceptance; ``"fresh"``: the plain mean with the fresh acceptance,
-        the library's default).
+        mean with the paper's acceptance; ``"voted"``: the plain mean with the voted acceptance,
+        the library's default; ``"fresh"``: the fresh acceptance; default ``DEFAULT_DEFENSES``).
     controllers : tuple
         Weight rules compared (``"paper"``, ``"novelty"`` or constant floats).
     ema_alpha : float
@@ -212,7 +218,7 @@ class AdversarialParams:
     n_good: int = 4
     r_good: float = 0.9
     attacks: tuple = ATTACKS
-    defenses: tuple = DEFENSES
+    defenses: tuple = DEFAULT_DEFENSES
     controllers: tuple = ("paper", "novelty")
     ema_alpha: float = 0.5
     known_r: bool = True
@@ -272,7 +278,7 @@ class AdversarialParams:
 #: clients and one pure-noise client, the paper's server (``"none"``: the plain mean, the paper's
 #: acceptance), N = 1000, K = 3, T = 10, M = 800, 20 seeds, under the paper's rule and ours.
 #: ``"full"`` adds our attack x defence grid (7 attacks x 6 defences, the library's default
-#: ``"fresh"`` included) and a new archetype spreading from round 3, at the same sizes and seeds
+#: ``"voted"`` included) and a new archetype spreading from round 3, at the same sizes and seeds
 #: (about 1700 federations at N = 1000). ``"book"`` is the full grid at a small size.
 PRESETS: dict[str, AdversarialParams] = {
     "book": AdversarialParams(N=200, M=200, T=8, t_new=2, seeds=2),
@@ -484,7 +490,7 @@ class TradeoffParams:
         ``"drift"`` (archetypes dominate one after another, :func:`fedlam.data.sequential_drift`),
         ``"novelty"`` (a new archetype seen first by one client, :func:`spreading_novelty`).
     defenses : tuple of str
-        Each in ``DEFENSES`` (``"none"``: the paper's server; ``"fresh"``: the library's default).
+        Each in ``DEFENSES`` (``"none"``: the paper's server; ``"voted"``: the library's default).
     s_values : tuple of int
         Support thresholds of the sweep.
     colluders : tuple of int
@@ -502,7 +508,7 @@ class TradeoffParams:
     r: float = 0.9
     controller: Any = "novelty"
     scenarios: tuple = SCENARIOS
-    defenses: tuple = DEFENSES
+    defenses: tuple = DEFAULT_DEFENSES
     s_values: tuple = (1, 2, 3)
     colluders: tuple = (1, 2, 3)
     t_new: int = 2
@@ -566,6 +572,9 @@ class TradeoffResult(JsonResult):
         ``"support"`` with each s, for 1, 2, 3 holders per archetype.
     fake_stored : (S, len(s_values), len(colluders)) whether k colluding poisoners' fake is stored at
         the final round under ``"support"`` with each s.
+    holders_recovered_voted, fake_stored_voted : the same with leave-out voters
+        (``defense_params={"groups": "leave-out", "s": s}``; at s = 2 the library's default, the
+        voted acceptance).
     summary : dict
     """
 
@@ -575,6 +584,8 @@ class TradeoffResult(JsonResult):
     latency: np.ndarray
     holders_recovered: np.ndarray
     fake_stored: np.ndarray
+    holders_recovered_voted: np.ndarray
+    fake_stored_voted: np.ndarray
     summary: dict = field(default_factory=dict)
 
 
@@ -600,7 +611,7 @@ def _specs(p: TradeoffParams, mix: np.ndarray) -> list:
 
 
 def _run_tradeoff_seed(p: TradeoffParams, seed_xi: int, seed_fed: int) -> dict:
-    from fedlam import attacks, data, federation
+    from fedlam import attacks, data, federation, robust
 
     Sc, D, T = len(p.scenarios), len(p.defenses), p.T
     Kmax = p.K + (1 if "novelty" in p.scenarios else 0)
@@ -619,32 +630,37 @@ def _run_tradeoff_seed(p: TradeoffParams, seed_xi: int, seed_fed: int) -> dict:
             spur[si, di] = h.spurious
             if sc == "novelty":
                 lat[di] = first_round(h.magnetization[:, -1] >= _MEMORY_M, p.t_new)
-    # the support threshold: archetypes held by 1, 2, 3 clients; k colluders
-    hold = np.full((len(p.s_values), 3), np.nan)
-    fake = np.zeros((len(p.s_values), len(p.colluders)))
+    # the support threshold: archetypes held by 1, 2, 3 clients; k colluders; single-upload votes
+    # (v = 0) and leave-out voters (v = 1, the default's voters)
+    hold = np.full((2, len(p.s_values), 3), np.nan)
+    fake = np.zeros((2, len(p.s_values), len(p.colluders)))
     xi = xi_all[: p.K]
     iid = _specs(p, data.static_mixture(T, p.L, p.K))
     mix_a = data.static_mixture(T, 1, p.K)[:, 0]
     beh = attacks.Poison(seed=_attacker_seed(seed_fed))
     fk = beh.fake(p.N)
-    for ii, s in enumerate(p.s_values):
-        for hi, h_ in enumerate((1, 2, 3)):
-            if h_ > p.K or p.L != p.K:
-                continue
-            mix = data.heterogeneous_supports(T, p.L, p.K, [[(c + j) % p.K for j in range(h_)] for c in range(p.L)])
-            hh = federation.run_federation(xi, _specs(p, mix), T, seed_fed, controller=p.controller, known_r=True,
-                                           defense="support", defense_params={"s": s})
-            hold[ii, hi] = float(np.mean(hh.magnetization[-1] >= _MEMORY_M))
-        for ki, k in enumerate(p.colluders):
-            adv = [federation.ClientSpec(r=p.r, M=p.M, mixture=mix_a, behaviour=beh) for _ in range(k)]
-            hh = federation.run_federation(xi, iid + adv, T, seed_fed, controller=p.controller, known_r=True,
-                                           defense="support", defense_params={"s": s})
-            fake[ii, ki] = float(attacks.fake_in_memory(hh.patterns[-1], fk, xi))
-    return {"magnetization": mag, "spurious": spur, "latency": lat, "hold": hold, "fake": fake}
+    for vi, groups in enumerate((None, robust.LEAVE_OUT)):
+        for ii, s in enumerate(p.s_values):
+            kw = {"defense": "support", "defense_params": {"s": s, "groups": groups}}
+            for hi, h_ in enumerate((1, 2, 3)):
+                if h_ > p.K or p.L != p.K:
+                    continue
+                mix = data.heterogeneous_supports(T, p.L, p.K, [[(c + j) % p.K for j in range(h_)] for c in range(p.L)])
+                hh = federation.run_federation(xi, _specs(p, mix), T, seed_fed, controller=p.controller,
+                                               known_r=True, **kw)
+                hold[vi, ii, hi] = float(np.mean(hh.magnetization[-1] >= _MEMORY_M))
+            for ki, k in enumerate(p.colluders):
+                adv = [federation.ClientSpec(r=p.r, M=p.M, mixture=mix_a, behaviour=beh) for _ in range(k)]
+                hh = federation.run_federation(xi, iid + adv, T, seed_fed, controller=p.controller,
+                                               known_r=True, **kw)
+                fake[vi, ii, ki] = float(attacks.fake_in_memory(hh.patterns[-1], fk, xi))
+    return {"magnetization": mag, "spurious": spur, "latency": lat, "hold": hold[0], "fake": fake[0],
+            "hold_voted": hold[1], "fake_voted": fake[1]}
 
 
 def run_tradeoff(params: TradeoffParams, rng: Any, executor: Any = None) -> TradeoffResult:
-    """Honest federations under every defence, and the sweep of the support threshold ``s``."""
+    """Honest federations under every defence, and the sweep of the support threshold ``s``
+    (single-upload votes and leave-out voters)."""
     if not isinstance(params, TradeoffParams):
         raise TypeError(f"params must be a TradeoffParams, got {type(params).__name__}")
     p = params
@@ -668,14 +684,16 @@ def run_tradeoff(params: TradeoffParams, rng: Any, executor: Any = None) -> Trad
                 e["latency_mean"] = float(np.nanmean(lat)) if np.isfinite(lat).any() else float("nan")
             summary[f"{sc}/{dname}"] = e
     for ii, s in enumerate(p.s_values):
-        summary[f"s={s}"] = {
-            "recovered_by_holders": {str(h): float(np.nanmean(st["hold"][:, ii, hi]))
-                                     for hi, h in enumerate((1, 2, 3))},
-            "fake_stored_by_colluders": {str(k): float(st["fake"][:, ii, ki].mean())
-                                         for ki, k in enumerate(p.colluders)},
-        }
+        for key, suffix in (("", ""), ("_voted", "/voted")):
+            summary[f"s={s}{suffix}"] = {
+                "recovered_by_holders": {str(h): float(np.nanmean(st["hold" + key][:, ii, hi]))
+                                         for hi, h in enumerate((1, 2, 3))},
+                "fake_stored_by_colluders": {str(k): float(st["fake" + key][:, ii, ki].mean())
+                                             for ki, k in enumerate(p.colluders)},
+            }
     return TradeoffResult(params=p, magnetization=st["magnetization"], spurious=st["spurious"],
                           latency=st["latency"], holders_recovered=st["hold"], fake_stored=st["fake"],
+                          holders_recovered_voted=st["hold_voted"], fake_stored_voted=st["fake_voted"],
                           summary=summary)
 
 
@@ -792,7 +810,7 @@ class NearCopySweep(JsonResult):
     federation : numpy.ndarray
         (V, S, K) magnetization of each archetype at the last round of a federation with a
         ``"targeted"`` attacker (:class:`fedlam.attacks.Targeted`) under ``defense="support"``
-        (or the fresh acceptance: ``params["defense"]``).
+        (or the voted or fresh acceptance: ``params["defense"]``).
     federation_min : numpy.ndarray
         (V, S) smallest magnetization of any archetype over the rounds after the first.
     federation_copy : numpy.ndarray
@@ -818,8 +836,8 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
                     controller: Any = "novelty", seeds: int = 3, rng: int = 0,
                     defense: str = "support") -> NearCopySweep:
     """A corrupted copy of an archetype (overlap ``m``) against ``defense="support"`` (s = 2), or
-    (``defense="fresh"``) against the fresh acceptance, the library's default server
-    ({ref}`sec-robust-fresh`).
+    (``defense="voted"``) against the voted acceptance, the library's default server, or
+    (``defense="fresh"``) against the fresh acceptance ({ref}`sec-robust-fresh`).
 
     One shot (issue 18's setting, N = M = 400, r = 0.9, K = 3): ``n_good`` honest uploads and
     one rank-one upload of archetype 0 with ``round((1 - m) N / 2)`` bits flipped. Over a
@@ -828,9 +846,9 @@ def near_copy_sweep(m_values: tuple = (0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0), *,
     the pattern it recovers from the broadcast. Derived in {ref}`sec-robust-support`
     (:prf:ref:`thm-robust-support`, part 3).
     """
-    check_choice(defense, "defense", ("support", "fresh"))
+    check_choice(defense, "defense", ("support", "voted", "fresh"))
     server_kw: dict = ({"defense": "support", "defense_params": {"s": 2}} if defense == "support"
-                       else {"acceptance": "fresh"})
+                       else {"acceptance": defense})
     from fedlam import attacks, data, federation, metrics, operators
     from fedlam.protocol import Upload
 
@@ -1001,7 +1019,8 @@ def grid_table(res: AdversarialResult, controller: Any) -> Any:
 
 def support_table(res: AdversarialResult) -> Any:
     """The single poisoners (poison, hidden, targeted) against the support test, per rule, then
-    under the fresh acceptance and the paper's server (``"fresh"``, ``"none"``: the worse of the
+    under the default and the fresh acceptance and the paper's server (``"voted"``, ``"fresh"``,
+    ``"none"``: the worse of the
     rules); ``None`` if ``"support"`` was not run."""
     from fedlam.experiments._common import TitledTable
 
@@ -1017,7 +1036,7 @@ def support_table(res: AdversarialResult) -> Any:
             sp = int(res.spurious[:, p.attacks.index(a), D, C[c]].max())
             rows.append(("support", a, str(c), f"{100 * s['fake_any_fraction']:.0f}%",
                          str(sp), f"{s['m_min_final']:.2f}"))
-    for d in ("fresh", "none"):
+    for d in ("voted", "fresh", "none"):
         if d not in p.defenses:
             continue
         for a in single:
@@ -1025,7 +1044,7 @@ def support_table(res: AdversarialResult) -> Any:
             sp = int(res.spurious[:, p.attacks.index(a), p.defenses.index(d)].max())
             mm = min(res.summary[f"{a}/{d}/{c}"]["m_min_final"] for c in p.controllers)
             rows.append((defense_label(d), a, "either", f"{100 * f:.0f}%", str(sp), f"{mm:.2f}"))
-    return TitledTable("Single poisoners: the support test, the fresh acceptance (the library's "
+    return TitledTable("Single poisoners: the support test, the voted acceptance (the library's "
                        "default) and the paper's server (rule: weight rule, paper = the paper's "
                        "entropy rule, novelty = ours, either: the worse of the two; fake: stored in "
                        "% of seeds, any round; spurious: maximum)", rows,
@@ -1052,17 +1071,21 @@ def tradeoff_table(tres: TradeoffResult) -> Any:
 
 def choice_of_s_table(tres: TradeoffResult) -> Any:
     """The support threshold s: fakes stored against colluders, archetypes stored against
-    holders (% of seeds), per s."""
+    holders (% of seeds), per s, with single-upload votes and with leave-out voters."""
     from fedlam.experiments._common import TitledTable
 
     p = _check_result(tres, TradeoffResult, "tres").params
-    fake = np.round(100 * tres.fake_stored.mean(axis=0), 0)
-    hold = np.round(100 * np.nanmean(tres.holders_recovered, axis=0), 0)
-    rows = [(f"{s}", *(f"{x:.0f}%" for x in fake[i]), *(f"{x:.0f}%" for x in hold[i]))
-            for i, s in enumerate(p.s_values)]
-    header = ("s", *(f"fake, k = {k}" for k in p.colluders), *(f"h = {h}" for h in (1, 2, 3)))
+    rows = []
+    for name, fk, hd in (("uploads", tres.fake_stored, tres.holders_recovered),
+                         ("leave-out", tres.fake_stored_voted, tres.holders_recovered_voted)):
+        fake = np.round(100 * fk.mean(axis=0), 0)
+        hold = np.round(100 * np.nanmean(hd, axis=0), 0)
+        rows += [(f"{s}", name, *(f"{x:.0f}%" for x in fake[i]), *(f"{x:.0f}%" for x in hold[i]))
+                 for i, s in enumerate(p.s_values)]
+    header = ("s", "voters", *(f"fake, k = {k}" for k in p.colluders), *(f"h = {h}" for h in (1, 2, 3)))
     return TitledTable("The support threshold s (% of seeds): a fake stored against k colluders; "
-                       "an archetype stored when h clients hold it", rows, header)
+                       "an archetype stored when h clients hold it; voters: single uploads (the "
+                       "support test) or leave-out means (s = 2: the default)", rows, header)
 
 
 def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
@@ -1084,12 +1107,12 @@ def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
         if a in p.attacks and "none" in p.defenses:
             s = res.summary[f"{a}/none/{c}"]
             line = f"{100 * s['fake_any_fraction']:.0f}%"
-            for d in ("support", "fresh"):
+            for d in ("support", "voted", "fresh"):
                 if d in p.defenses:
                     line += f" / {100 * res.summary[f'{a}/{d}/{c}']['fake_any_fraction']:.0f}%"
             rows.append((f"fake stored, {a}", "robust", line))
-    names = {"support": "the support test", "fresh": "the fresh acceptance"}
-    under = " / ".join(["the paper's server"] + [names[d] for d in ("support", "fresh") if d in p.defenses])
+    names = {"support": "the support test", "voted": "the voted acceptance", "fresh": "the fresh acceptance"}
+    under = " / ".join(["the paper's server"] + [names[d] for d in ("support", "voted", "fresh") if d in p.defenses])
     title = ("Paper versus measured (the paper's entropy rule, last round; w: weight, the attacker's "
              "r estimated from its spectrum and clamped at 0.1, or its own; mean m: caption / text "
              f"of the paper; fake stored: % of seeds, any round, under {under}; "
@@ -1098,7 +1121,7 @@ def paper_table(res: AdversarialResult, w_own: np.ndarray) -> Any:
 
 
 def near_copy_table(sweep: NearCopySweep) -> Any:
-    """Per overlap m of the copy (:func:`near_copy_sweep`, support test or fresh acceptance): the
+    """Per overlap m of the copy (:func:`near_copy_sweep`, support test, voted or fresh acceptance): the
     smallest magnetization of any archetype (one shot; federation at the last round and over
     rounds 1 to T - 1) and whether the copy was ever stored."""
     from fedlam.experiments._common import TitledTable
@@ -1112,8 +1135,8 @@ def near_copy_table(sweep: NearCopySweep) -> Any:
              f"{sweep.federation[i].min():.3f}", f"{sweep.federation_min[i].min():.3f}",
              yes(sweep.federation_copy[i]))
             for i, m in enumerate(sweep.m_values)]
-    against = {"support": "the support test",
-               "fresh": "the fresh acceptance (the default)"}[sweep.params.get("defense", "support")]
+    against = {"support": "the support test", "voted": "the voted acceptance (the default)",
+               "fresh": "the fresh acceptance"}[sweep.params.get("defense", "support")]
     return TitledTable(f"A near-copy of archetype 0 against {against} (smallest "
                        "magnetization of any archetype: one shot, in the federation at the last "
                        "round and over rounds; stored: the copy, in any round)", rows,
