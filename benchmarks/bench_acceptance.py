@@ -1,14 +1,14 @@
-"""A server round with acceptance="fresh" (fresh-data certification of the memory) against
-today's round (acceptance="paper") and one numpy.linalg.eigh, at N = 1000, K = 6 (issue 18 item 2).
+"""A server round with the default acceptance (acceptance=None, which resolves to "voted":
+leave-one-out voters certify the fresh parts) against the paper's acceptance (acceptance="paper",
+the round issue 18 budgets against), the fresh acceptance (single-upload votes, what
+defense="support" runs) and one numpy.linalg.eigh, at N = 1000, K = 6 (issue 18, "Must hold").
 
 Two rounds: round 0 (no broadcast) and a later round in which every client blends the broadcast
-of the K archetypes at w = 0.5 (the fresh acceptance then subtracts it from every upload).
+of the K archetypes at w = 0.5 (the certifying acceptances then subtract it from every upload).
 Under example-level DP (every client's fresh operator noised by the Gaussian mechanism at
-epsilon = 4 before the blend) the default acceptance is "refresh": the paper's, then every stored
-pattern rewritten from the fresh part of the mean (fedlam.refresh); its later round is timed
-against the paper's on the same noised uploads, and so is the certified private setting: the
-support defence with leave-out voters (defense_params={"groups": "leave-out"}), which also
-refreshes the stored patterns where every voter agrees.
+epsilon = 4 before the blend) the default is again "voted"; its later round is timed against the
+paper's on the same noised uploads, and so is the support defence with leave-out voters
+(defense_params={"groups": "leave-out"}).
 Times are the best of 5 interleaved runs, as ratios measured in the same run.
 
 Run:  python benchmarks/bench_acceptance.py
@@ -49,20 +49,26 @@ def main() -> None:
             out[name] = srv.round(uploads, np.random.default_rng(0), broadcast=broadcast)
         return f
 
-    fns = {"paper, round 0": run("p0", "paper", first, None), "fresh, round 0": run("f0", "fresh", first, None),
-           "paper, with broadcast": run("p1", "paper", later, A), "fresh, with broadcast": run("f1", "fresh", later, A),
+    plain_default = default_acceptance()
+    fns = {"paper, round 0": run("p0", "paper", first, None), "default, round 0": run("d0", None, first, None),
+           "fresh, round 0": run("f0", "fresh", first, None),
+           "paper, with broadcast": run("p1", "paper", later, A), "default, with broadcast": run("d1", None, later, A),
+           "fresh, with broadcast": run("f1", "fresh", later, A),
            "paper, DP": run("pd", "paper", noised, A), "default, DP": run("dd", dp_default, noised, A),
            "leave-out, DP": run("ld", None, noised, A, defense="support", defense_params={"groups": "leave-out"}),
            "eigh": lambda: np.linalg.eigh(Js)}
     t = best_of(fns, repeats=5)
     print(f"N = {N}, K = {K}, L = {L} clients x M_c = {M_c} examples, r = {r}")
     print(f"one numpy.linalg.eigh : {t['eigh']:7.3f} s")
-    for key, (p, f) in {"round 0": ("p0", "f0"), "with broadcast": ("p1", "f1")}.items():
-        tp, tf = t[f"paper, {key}"], t[f"fresh, {key}"]
-        print(f"{key:15s}: paper {tp:6.3f} s ({tp / t['eigh']:.2f} x eigh), fresh {tf:6.3f} s "
-              f"({tf / t['eigh']:.2f} x eigh) = {tf / tp:.2f} x paper; patterns paper/fresh "
-              f"{out[p].patterns.shape[0]}/{out[f].patterns.shape[0]}, spurious "
-              f"{spurious_count(out[p].patterns, xi)}/{spurious_count(out[f].patterns, xi)}")
+    print(f"default acceptance without DP: {plain_default!r}")
+    for key, (p, d, f) in {"round 0": ("p0", "d0", "f0"), "with broadcast": ("p1", "d1", "f1")}.items():
+        tp, td, tf = t[f"paper, {key}"], t[f"default, {key}"], t[f"fresh, {key}"]
+        print(f"{key:15s}: paper {tp:6.3f} s ({tp / t['eigh']:.2f} x eigh), default {td:6.3f} s "
+              f"({td / t['eigh']:.2f} x eigh) = {td / tp:.2f} x paper, fresh {tf:6.3f} s "
+              f"({tf / t['eigh']:.2f} x eigh) = {tf / tp:.2f} x paper; patterns paper/default/fresh "
+              f"{out[p].patterns.shape[0]}/{out[d].patterns.shape[0]}/{out[f].patterns.shape[0]}, spurious "
+              f"{spurious_count(out[p].patterns, xi)}/{spurious_count(out[d].patterns, xi)}/"
+              f"{spurious_count(out[f].patterns, xi)}")
 
     tp, td = t["paper, DP"], t["default, DP"]
     print(f"DP, broadcast  : paper {tp:6.3f} s ({tp / t['eigh']:.2f} x eigh), default ({dp_default!r}) {td:6.3f} s "
