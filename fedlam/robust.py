@@ -1059,7 +1059,8 @@ def _span_and_compression(broadcast: np.ndarray) -> tuple[np.ndarray, np.ndarray
     UG, UY = U.T @ G, U.T @ Y
     M = UY @ np.linalg.pinv(UG)
     scale = max(float(np.linalg.norm(Y)), 1e-300)
-    if np.linalg.norm(M @ UG - UY) > 1e-12 * scale or np.linalg.norm(M - M.T) > 1e-12 * max(float(np.linalg.norm(M)), 1e-300):
+    asym = float(np.linalg.norm(M - M.T)) > 1e-12 * max(float(np.linalg.norm(M)), 1e-300)
+    if asym or np.linalg.norm(M @ UG - UY) > 1e-12 * scale:
         return U, None
     return U, 0.5 * (M + M.T)
 
@@ -1111,16 +1112,17 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
     stored span (one pass over each operator for both) and the span's part is kept."""
     d = Q.shape[1]
     # the basis, and with ``kept`` the stored span beside it: one pass over each operator for both
-    r = 0 if kept is None or d == 0 else kept.span.shape[1]
-    QS = np.hstack([Q, kept.span]) if r else Q
+    keeper = kept if kept is not None and d and kept.span.shape[1] else None
+    QS = Q if keeper is None else np.hstack([Q, keeper.span])
     AQ = None
-    if broadcast is not None and d and kept is not None and kept.compression is not None and broadcast is kept.broadcast:
+    compressed = kept is not None and kept.compression is not None and broadcast is kept.broadcast
+    if broadcast is not None and d and kept is not None and compressed:
         AQ = kept.times(None, broadcast, Q)      # the broadcast is span M span^T: no pass over it
     elif broadcast is not None and d:
         AQS = broadcast @ QS
         AQ = AQS[:, :d]
-        if r:
-            kept.of_broadcast = AQS[:, d:]
+        if keeper is not None:
+            keeper.of_broadcast = AQS[:, d:]
     own = [upload_threshold(u, N, n_sigma) for u in uploads]
     parts = voting_groups(len(ops), groups, s)
     P, n_cert, thr, ritz = [], np.zeros(len(parts), dtype=np.int64), np.full(len(parts), np.nan), []
@@ -1130,8 +1132,8 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
         if c not in products:
             Y = ops[c] @ QS
             products[c] = Y[:, :d]
-            if r:
-                kept.of_upload[c] = Y[:, d:]
+            if keeper is not None:
+                keeper.of_upload[c] = Y[:, d:]
         return products[c]
 
     # the voters' means use the server's weights (a batch-weighted mean: a 1-example upload must

@@ -641,7 +641,7 @@ def _run_tradeoff_seed(p: TradeoffParams, seed_xi: int, seed_fed: int) -> dict:
     fk = beh.fake(p.N)
     for vi, groups in enumerate((None, robust.LEAVE_OUT)):
         for ii, s in enumerate(p.s_values):
-            kw = {"defense": "support", "defense_params": {"s": s, "groups": groups}}
+            kw: dict[str, Any] = {"defense": "support", "defense_params": {"s": s, "groups": groups}}
             for hi, h_ in enumerate((1, 2, 3)):
                 if h_ > p.K or p.L != p.K:
                     continue
