@@ -629,7 +629,6 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
     """
     from fedlam import federation
     from fedlam._validation import as_rng
-
     from fedlam.federation import ACCEPTANCES
 
     if not isinstance(acceptances, tuple) or not acceptances:
