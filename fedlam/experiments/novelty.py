@@ -398,8 +398,8 @@ def acceptance_table(res: NoveltyResult, default: NoveltyResult) -> Any:
     TitledTable
         Per rule, under each acceptance: the final spurious patterns (mean over seeds, the
         most in one seed), the final K-hat, the final m of the old/new archetypes, the final
-        lowest m over the archetypes and the time-averaged m (means over seeds). The fresh
-        acceptance is derived in {ref}`sec-robust-fresh`.
+        lowest m over the archetypes and the time-averaged m (means over seeds). The voted and
+        the fresh acceptance are derived in {ref}`sec-robust-fresh`.
     """
     res = _check_result(res)
     Ko = res.params.K_old
