@@ -53,7 +53,7 @@ def echo_weight(uploads: Sequence[Any], weights: np.ndarray | None = None) -> fl
     ``w_c`` is each upload's declared blend weight (NaN, a client that did not blend, counts
     as 1), ``omega_c`` the aggregation weights (None: equal). Derived in {ref}`sec-privacy-weight`.
     """
-    from .robust import _fresh_weight
+    from .robust import SpanProducts, VoterMeans, _fresh_weight
 
     L = len(uploads)
     if L == 0:
@@ -142,7 +142,7 @@ def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.nd
 
     Derived in {ref}`sec-robust-privacy`.
     """
-    from .robust import _fresh_weight
+    from .robust import SpanProducts, VoterMeans, _fresh_weight
 
     check_operator_shape(broadcast, "broadcast")
     N = broadcast.shape[0]
@@ -161,39 +161,37 @@ def refresh_voted(uploads: Sequence[Any], broadcast: np.ndarray, patterns: np.nd
             raise ValueError(f"weights must be None or ({len(uploads)},) finite non-negative, got {_describe(weights)}")
         if np.all(om == om[0]):
             om = None                      # equal weights: the equal mean
-    out = np.array(patterns, dtype=np.int8)
-    if out.shape[0] == 0:
-        return out, np.zeros(0, dtype=np.int64)
-    P = out.T.astype(np.float64)
-
-    def times(c: int | None, op: np.ndarray) -> np.ndarray:
-        return op @ P if products is None else products.times(c, op, P)
-
-    AP = times(None, broadcast)
-    fresh = []
+    ops = []
     for c, u in enumerate(uploads):
         op = getattr(u, "operator", None)
         check_operator_shape(op, f"uploads[{c}].operator")
         assert isinstance(op, np.ndarray)  # checked above
         if op.shape != broadcast.shape:
             raise ValueError(f"uploads[{c}].operator must have shape {broadcast.shape}, got {op.shape}")
-        F = times(c, op) - (1.0 - _fresh_weight(u)) * AP
-        fresh.append(F if om is None else om[c] * F)
-    total = np.sum(fresh, axis=0)
+        ops.append(op)
+    if products is not None and not (isinstance(products, SpanProducts) and products.belongs_to(ops, broadcast)):
+        raise ValueError("products must be None or the SpanProducts of these uploads' operators and this "
+                         f"broadcast (RobustAggregate.products of the same round), got {_describe(products)}")
+    out = np.array(patterns, dtype=np.int8)
+    if out.shape[0] == 0:
+        return out, np.zeros(0, dtype=np.int64)
+    P = out.T.astype(np.float64)
+    AP = broadcast @ P if products is None else products.times(None, P)
+    parts: dict[int, np.ndarray] = {}      # each upload's fresh part, once (voters share them)
+
+    def part(c: int) -> np.ndarray:
+        if c not in parts:
+            UP = ops[c] @ P if products is None else products.times(c, P)
+            parts[c] = UP - (1.0 - _fresh_weight(uploads[c])) * AP
+        return parts[c]
+
+    voter_means = VoterMeans(part, [True] * len(uploads), om)
     means = []
     for v in voters:
-        tw = len(v) if om is None else float(om[list(v)].sum())
-        if om is not None and len(v) == 1:
-            means.append(fresh[v[0]] / om[v[0]] if om[v[0]] > 0 else fresh[v[0]])
-            continue
-        if tw <= 0.0:
+        Y = voter_means.mean(v)
+        if Y is None:
             return out, np.zeros(out.shape[0], dtype=np.int64)   # a voter with no say: nothing certain
-        if 2 * len(v) > len(fresh):  # most uploads vote: the total minus the few left out (O(L) a voter)
-            inside = set(v)
-            means.append((total - sum((fresh[c] for c in range(len(fresh)) if c not in inside),
-                                      np.zeros_like(total))) / tw)
-        else:
-            means.append(np.sum([fresh[c] for c in v], axis=0) / tw)
+        means.append(Y)
     return _replace(out, means, max_flips)
 
 

@@ -75,7 +75,7 @@ import functools
 import itertools
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1099,6 +1099,59 @@ def _memory_basis(Q: np.ndarray, broadcast: np.ndarray | None, stored: np.ndarra
     return G[:, vals > 0.5]
 
 
+class VoterMeans:
+    """The fresh means of a round's voters (:func:`voting_groups`), from per-upload fresh parts.
+
+    A voter's mean is that of its members' fresh parts ``part(c)`` (members without fresh
+    evidence, ``live[c]`` False, left out), with the server's aggregation ``weights``
+    renormalised over them (None: the equal mean); a voter of one upload is that upload's own
+    part. Leave-out voters (``leave_out``) that hold most uploads take the sum of every part
+    minus the few they leave out (computed once, when first needed): ``O(L)`` parts per round
+    instead of ``O(L^2)``. Used by the support test's certification (:func:`_certify`) and the
+    voted refresh (:func:`fedlam.refresh.refresh_voted`). Derived in {ref}`sec-robust-support`.
+    """
+
+    def __init__(self, part: Callable[[int], np.ndarray], live: Sequence[bool], weights: np.ndarray | None,
+                 *, leave_out: bool = True) -> None:
+        self._part, self._live, self._om, self._leave_out = part, list(live), weights, leave_out
+        self._total: np.ndarray | None = None
+
+    def _weighted(self, c: int) -> np.ndarray:
+        Y = self._part(c)
+        return Y if self._om is None else self._om[c] * Y
+
+    def mean(self, members: Sequence[int]) -> np.ndarray | None:
+        """The voter's fresh mean (a new array), or None when it has no say: no member with
+        fresh evidence, or several members of total weight 0."""
+        fresh = [c for c in members if self._live[c]]
+        if not fresh:
+            return None
+        if len(fresh) == 1:
+            return np.array(self._part(fresh[0]), dtype=np.float64)
+        om, n = self._om, len(self._live)
+        tw = len(fresh) if om is None else float(om[fresh].sum())
+        if tw <= 0.0:
+            return None
+        if self._leave_out and 2 * len(members) > n:
+            if self._total is None:
+                for c in range(n):
+                    if self._live[c]:
+                        Yc = self._weighted(c)
+                        self._total = np.array(Yc, dtype=np.float64) if self._total is None else self._total + Yc
+            assert self._total is not None  # a live member exists
+            inside = set(members)
+            Y = self._total.copy()
+            for c in range(n):
+                if c not in inside and self._live[c]:
+                    Y -= self._weighted(c)
+        else:
+            Y = np.array(self._weighted(fresh[0]), dtype=np.float64)
+            for c in fresh[1:]:
+                Y += self._weighted(c)
+        Y /= tw
+        return Y
+
+
 def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, broadcast: np.ndarray | None,
              N: int, n_sigma: float, groups: int | str | None = None,
              s: int = 2, weights: np.ndarray | None = None,
@@ -1115,9 +1168,8 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
     keeper = kept if kept is not None and d and kept.span.shape[1] else None
     QS = Q if keeper is None else np.hstack([Q, keeper.span])
     AQ = None
-    compressed = kept is not None and kept.compression is not None and broadcast is kept.broadcast
-    if broadcast is not None and d and kept is not None and compressed:
-        AQ = kept.times(None, broadcast, Q)      # the broadcast is span M span^T: no pass over it
+    if broadcast is not None and d and kept is not None and kept.compression is not None:
+        AQ = kept.times(None, Q)      # the broadcast is span M span^T: no pass over it
     elif broadcast is not None and d:
         AQS = broadcast @ QS
         AQ = AQS[:, :d]
@@ -1142,17 +1194,15 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
     leave_out = _check_groups(groups) == LEAVE_OUT
     shared = (_shared_thresholds(uploads, own, parts, N, n_sigma, om)
               if leave_out and len(parts) > LEAVE_OUT_EXACT else None)
-    total: np.ndarray | None = None     # sum of every fresh part (a leave-out voter: total minus the rest)
 
-    def fresh_part(c: int, weighted: bool = True) -> np.ndarray:
+    def fresh_part(c: int) -> np.ndarray:
         Y = prod(c).copy()
         w = _fresh_weight(uploads[c])
         if AQ is not None and w != 1.0:
             Y -= (1.0 - w) * AQ
-        if om is not None and weighted:
-            Y *= om[c]
         return Y
 
+    means = VoterMeans(fresh_part, [math.isfinite(t) for t in own], om, leave_out=leave_out)
     for j, members in enumerate(parts):
         fresh = [c for c in members if math.isfinite(own[c])]
         share = None if om is None or len(fresh) < 2 or om[fresh].sum() <= 0 else om[fresh] / om[fresh].sum()
@@ -1162,33 +1212,11 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
             thr[j] = _group_threshold([uploads[c] for c in fresh], N, n_sigma, shares=share)
         elif fresh:
             thr[j] = own[fresh[0]]
-        if not fresh or d == 0:
+        Y = means.mean(members) if d else None
+        if Y is None:   # no member with fresh evidence, or members of weight 0 only: no vote
             P.append(np.zeros((d, 0)))
             ritz.append(np.empty(0))
             continue
-        if leave_out and 2 * len(members) > len(ops):
-            # most uploads vote: the sum of all fresh parts minus the few left out (O(L) per round)
-            if total is None:
-                total = sum((fresh_part(c) for c in range(len(ops)) if math.isfinite(own[c])),
-                            np.zeros((Q.shape[0], d)))
-            inside = set(members)
-            Y = total.copy()
-            for c in range(len(ops)):
-                if c not in inside and math.isfinite(own[c]):
-                    Y -= fresh_part(c)
-        elif len(fresh) == 1:
-            Y = fresh_part(fresh[0], weighted=False)     # a voter of one upload: its own fresh part
-        else:
-            Y = fresh_part(fresh[0])
-            for c in fresh[1:]:
-                Y += fresh_part(c)
-        if len(fresh) > 1:
-            tw = len(fresh) if om is None else float(om[fresh].sum())
-            if tw <= 0.0:   # members of weight 0 only: no say in the mean, no vote
-                P.append(np.zeros((d, 0)))
-                ritz.append(np.empty(0))
-                continue
-            Y /= tw
         H = Q.T @ Y
         vals, G = np.linalg.eigh(0.5 * (H + H.T))
         keep = vals > thr[j]
@@ -1391,14 +1419,21 @@ class SpanProducts:
         inside = np.sqrt(np.einsum("ij,ij->j", R, R)) <= rtol * np.sqrt(np.einsum("ij,ij->j", P, P))
         return C, inside
 
-    def times(self, c: int | None, op: np.ndarray, P: np.ndarray) -> np.ndarray:
-        """``op @ P`` (``op`` the ``c``-th upload's operator, or the broadcast for ``c=None``),
-        from the kept products for the columns of ``P`` in the span."""
-        if c is None and self.compression is not None and op is self.broadcast:
+    def belongs_to(self, ops: Sequence[Any], broadcast: Any) -> bool:
+        """Whether these products were taken of exactly these operators and this broadcast."""
+        return broadcast is self.broadcast and len(ops) == len(self.ops) \
+            and all(a is b for a, b in zip(ops, self.ops, strict=True))
+
+    def times(self, c: int | None, P: np.ndarray) -> np.ndarray:
+        """``op @ P`` for the ``c``-th upload's operator (the broadcast for ``c=None``), from the
+        kept products for the columns of ``P`` in the span (the broadcast through its
+        compression when it has one)."""
+        if c is None and self.compression is not None:
             return self.span @ (self.compression @ (self.span.T @ P))
+        op = self.broadcast if c is None else self.ops[c]
+        assert op is not None  # a broadcast's products are asked for only when there is one
         kept = self.of_broadcast if c is None else self.of_upload.get(c)
-        same = op is (self.broadcast if c is None else (self.ops[c] if 0 <= c < len(self.ops) else None))
-        if kept is None or not same or self.span.shape[1] == 0:
+        if kept is None or self.span.shape[1] == 0:
             return op @ P
         C, inside = self.in_span(P)
         if not inside.any():

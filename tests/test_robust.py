@@ -1021,17 +1021,20 @@ def test_span_products_reuse_the_support_tests_passes_exactly():
     assert inside.tolist() == [True] * 4 + [False]
     for c, u in enumerate(ups):
         direct = u.operator @ P
-        assert np.abs(pr.times(c, u.operator, P) - direct).max() <= 1e-12 * np.abs(direct).max()
-    assert np.abs(pr.times(None, A, P) - A @ P).max() <= 1e-12 * np.abs(A @ P).max()
-    # another operator than the one the products came from is multiplied directly
-    other = ups[0].operator.copy()
-    assert np.array_equal(pr.times(0, other, P), other @ P)
+        assert np.abs(pr.times(c, P) - direct).max() <= 1e-12 * np.abs(direct).max()
+    assert np.abs(pr.times(None, P) - A @ P).max() <= 1e-12 * np.abs(A @ P).max()
     voters = robust.voting_groups(3, robust.LEAVE_OUT, 2)
     stale = xi.copy()
     stale[0, :6] *= -1
     a = refresh.refresh_voted(ups, A, stale, voters)
     b = refresh.refresh_voted(ups, A, stale, voters, products=pr)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[1][0] == 6
+    # products of other operators (a copy of an upload, another broadcast) are refused
+    other = [Upload(ups[0].operator.copy(), 300, 0.5, 1 - 0.8**2), *ups[1:]]
+    with pytest.raises(ValueError, match="products must be None or the SpanProducts"):
+        refresh.refresh_voted(other, A, stale, voters, products=pr)
+    with pytest.raises(ValueError, match="products must be None or the SpanProducts"):
+        refresh.refresh_voted(ups, A.copy(), stale, voters, products=pr)
 
 
 def test_broadcast_compression_only_for_an_operator_of_its_span():
@@ -1048,3 +1051,22 @@ def test_broadcast_compression_only_for_an_operator_of_its_span():
     B[4, 5] = np.inf
     with pytest.raises(ValueError, match="broadcast"):
         robust.memory_span(B)
+
+
+def test_voter_means_are_the_weighted_means_of_their_live_members():
+    """robust.VoterMeans: a leave-out voter's 'total minus the left-out' equals the direct weighted
+    mean of its live members; one member gives its own part; no live member or zero total weight
+    gives None (no say)."""
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((7, 3)) for _ in range(5)]
+    live = [True, True, False, True, True]
+    w = np.array([0.1, 0.4, 0.2, 0.3, 0.0])
+    vm = robust.VoterMeans(lambda c: parts[c], live, w)
+    for members in robust.voting_groups(5, robust.LEAVE_OUT, 2):
+        m = [c for c in members if live[c]]
+        direct = sum(w[c] * parts[c] for c in m) / w[m].sum()
+        assert np.allclose(vm.mean(members), direct, rtol=0, atol=1e-14)
+    assert np.array_equal(vm.mean([4]), parts[4]) and vm.mean([4]) is not parts[4]
+    assert vm.mean([2]) is None and vm.mean([2, 4, 4]) is None       # dead member; weight 0 only
+    eq = robust.VoterMeans(lambda c: parts[c], [True] * 5, None, leave_out=False)
+    assert np.allclose(eq.mean([0, 1, 3]), (parts[0] + parts[1] + parts[3]) / 3, rtol=0, atol=1e-14)
