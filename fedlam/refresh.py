@@ -53,7 +53,7 @@ def echo_weight(uploads: Sequence[Any], weights: np.ndarray | None = None) -> fl
     ``w_c`` is each upload's declared blend weight (NaN, a client that did not blend, counts
     as 1), ``omega_c`` the aggregation weights (None: equal). Derived in {ref}`sec-privacy-weight`.
     """
-    from .robust import SpanProducts, VoterMeans, _fresh_weight
+    from .robust import _fresh_weight
 
     L = len(uploads)
     if L == 0:
