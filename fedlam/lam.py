@@ -1361,6 +1361,53 @@ def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, va
     return w
 
 
+def candidate_floors(coords: np.ndarray, gamma: np.ndarray, N: int, margin: float | None = None) -> np.ndarray:
+    """In-span acceptance floor of each candidate, from where it lies in the detected span.
+
+    ``coords`` (b, k) are the candidates' coordinates ``V^T x / sqrt(N)`` on the detected
+    eigenvectors, ``gamma`` (k,) those eigenvectors' predicted overlaps with the archetypes' span
+    (:func:`fedlam.khat.outlier_overlaps`). An archetype with coordinates ``y`` scores
+    ``sum_j y_j^2``, and that is ``sum_j gamma_j c_j^2`` with ``c_j^2 = y_j^2 / gamma_j`` its
+    coordinates in the span (summing to 1): the ``y^2``-weighted harmonic mean ``H`` of the
+    ``gamma_j`` times the de-biased in-span fraction ``D = sum_j y_j^2 / gamma_j``. A true
+    archetype has ``D = 1`` and scores ``H``; the floor is ``max(1/2, H - margin)`` with the
+    margin ``4 sqrt((1 - H) / N)`` (or ``margin``). With equal overlaps this is the floor of
+    {prf:ref}`prop-noisy-span`, ``gamma_min - 4 sqrt((1 - gamma_min) / N)``; otherwise a candidate
+    held by the strong spikes needs the score they predict, not the weakest spike's: a sign
+    mixture of three strongly detected archetypes (score about 3/4) no longer passes because a
+    fourth, weak spike lowered the floor for all. Never below the floor of ``gamma_min``.
+    Derived in {ref}`sec-lam-candidate-floor`.
+    """
+    g = np.clip(np.asarray(gamma, dtype=np.float64), 0.0, 1.0)
+    y2 = np.asarray(coords, dtype=np.float64) ** 2
+    g_min = float(g.min()) if g.size else 1.0
+    score = y2.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(g > 0.0, 1.0 / np.where(g > 0.0, g, 1.0), np.inf)
+        D = np.where(y2 > 0.0, y2 * inv, 0.0).sum(axis=1)
+        H = np.where((score > 0.0) & np.isfinite(D) & (D > 0.0), score / np.where(D > 0.0, D, 1.0), g_min)
+    H = np.clip(H, g_min, 1.0)
+    m = 4.0 * np.sqrt((1.0 - H) / N) + 1e-9 if margin is None else float(margin)
+    return np.maximum(0.5, H - m)
+
+
+def noise_flip_bound(X: np.ndarray, vectors: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """Per row of X (+-1 candidates): the bits that noise alone may flip in a fixed point near it.
+
+    ``N q + 4 sqrt(N q (1 - q))`` with ``q = Phi(-sqrt(g / (1 - g)))``, ``g`` the mean of the
+    detected eigenvectors' predicted overlaps ``gamma`` weighted by the row's squared
+    coordinates on them (``vectors``, (N, k)): a projection ``g p_i + sqrt(g (1 - g)) z_i`` per
+    site flips each bit with probability ``q`` (:class:`_Memory`, *retention*). Derived in
+    {ref}`sec-lam-memory-floor`.
+    """
+    N = X.shape[1]
+    C = (np.asarray(X, dtype=np.float64) @ vectors) ** 2
+    g = np.einsum("bk,k->b", C, np.clip(gamma, 0.0, 1.0)) / np.maximum(C.sum(axis=1), 1e-300)
+    t = np.sqrt(g / np.maximum(1.0 - g, 1e-300))
+    q = np.array([0.5 * math.erfc(float(x) / math.sqrt(2.0)) for x in t])   # Phi(-t)
+    return N * q + 4.0 * np.sqrt(N * q * (1.0 - q))
+
+
 class _Memory:
     """What the server's memory (its last broadcast ``A = xi^T xi / N``) changes in the in-span
     search and selection. Derived in {ref}`sec-lam-memory-floor`.
@@ -1409,15 +1456,17 @@ class _Memory:
         Y = X @ self.span()
         return Y, np.einsum("bk,bk->b", Y, Y) / X.shape[1] >= self.dedup ** 2
 
-    def floors(self, cands: np.ndarray, scores: np.ndarray) -> float | np.ndarray:
+    def floors(self, cands: np.ndarray, scores: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """Per candidate: its floor ``base`` (:func:`candidate_floors`), lowered by the allowance
+        for one within ``dedup`` of the memory."""
         if self.memory is None:
-            return self.floor
-        band = np.flatnonzero((scores < self.floor) & (scores >= self.floor - self.allowance))
+            return base
+        band = np.flatnonzero((scores < base) & (scores >= base - self.allowance))
         if band.size == 0:
-            return self.floor
+            return base
         _, near = self._near(cands[band].astype(np.float64))
-        floors = np.full(scores.shape, self.floor)
-        floors[band[near]] = self.floor - self.allowance
+        floors = base.copy()
+        floors[band[near]] -= self.allowance
         return floors
 
     def retain(self, X: np.ndarray) -> np.ndarray:
@@ -1427,11 +1476,7 @@ class _Memory:
             return X
         N = X.shape[1]
         Xf = X.astype(np.float64)
-        C = (Xf @ self.V) ** 2
-        g = np.einsum("bk,k->b", C, self.gamma) / np.maximum(C.sum(axis=1), 1e-300)
-        t = np.sqrt(g / np.maximum(1.0 - g, 1e-300))
-        q = np.array([0.5 * math.erfc(float(x) / math.sqrt(2.0)) for x in t])   # Phi(-t)
-        bound = N * q + 4.0 * np.sqrt(N * q * (1.0 - q))
+        bound = noise_flip_bound(Xf, self.V, self.gamma)
         rows = np.flatnonzero(bound >= 1.0)
         if rows.size == 0:
             return X
@@ -1489,7 +1534,7 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
         cands = _unique_rows(np.concatenate(pool))
         Y = cands.astype(np.float64) @ V
         scores = np.einsum("bk,bk->b", Y, Y) / N
-        floors = mem.floors(cands, scores)
+        floors = mem.floors(cands, scores, candidate_floors(Y / np.sqrt(N), gamma, N, p.span_margin))
         weights = _exact_weights(cands, Y / np.sqrt(N), scores, spec.values[:k_hat], dedup, floors) if exact else None
         kept, n_rej, n_dup, n_red, n_cap = _select_span(cands, scores, k_hat, dedup, floors, weights)
         if kept.size >= k_hat:

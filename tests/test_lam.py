@@ -411,3 +411,24 @@ def test_anneal_in_float32_ends_where_float64_does(N, K, S):
     assert np.abs(C32 - C64).max() < 1e-3  # single precision, not another trajectory
     ends = [lam._sign_fixed_points(np.where((V @ c).T >= 0, 1.0, -1.0), V, 50) for c in (C32, C64)]
     assert np.array_equal(ends[0], ends[1])
+
+
+def test_candidate_floors_follow_the_spikes_a_candidate_lies_on():
+    """lam.candidate_floors: with equal overlaps every candidate has the floor of
+    prop-noisy-span; a candidate on strong spikes needs their score even when a weak spike
+    lowers gamma_min (the drift page's sign mixture: coordinates mostly on three strong spikes,
+    score 0.715, floor 0.5 before, now above 0.8); an archetype on the weak spike keeps the
+    low floor; never below the gamma_min floor."""
+    N = 200
+    g = 0.9
+    flat = lam.candidate_floors(np.random.default_rng(0).standard_normal((5, 4)) * 0.4, np.full(4, g), N)
+    assert np.allclose(flat, max(0.5, g - 4 * np.sqrt((1 - g) / N) - 1e-9), rtol=0, atol=1e-12)
+    gamma = np.array([0.9999, 0.9998, 0.9998, 0.609])
+    mix = np.sqrt(np.array([[0.591, 0.002, 0.002, 0.12]]))
+    weak = np.sqrt(np.array([[0.0, 0.0, 0.0, 0.6]]))
+    fl_mix, fl_weak = lam.candidate_floors(np.vstack([mix, weak]), gamma, N)
+    assert fl_mix > 0.8 > float((mix**2).sum()) + 0.08
+    g_min_floor = max(0.5, 0.609 - 4 * np.sqrt((1 - 0.609) / N) - 1e-9)
+    assert abs(fl_weak - g_min_floor) < 1e-12
+    rand = lam.candidate_floors(np.random.default_rng(1).standard_normal((50, 4)), gamma, N)
+    assert np.all(rand >= g_min_floor - 1e-12)
