@@ -408,6 +408,9 @@ class RoundResult:
     result: Any
     patterns: np.ndarray
     weights: np.ndarray | None
+    #: (K',) per pattern: the bits noise may have flipped in it when it was admitted (its
+    #: precision, :func:`fedlam.refresh.merge_versions`); None where the acceptance keeps none
+    precision: np.ndarray | None = None
 
     @functools.cached_property
     def broadcast(self) -> np.ndarray:
@@ -673,7 +676,8 @@ class Server:
 
     def round(self, uploads: Sequence[Upload], rng: np.random.Generator,
               broadcast_rank: int = 0, aggregate: np.ndarray | None = None,
-              broadcast: np.ndarray | None = None, start: np.ndarray | None = None) -> RoundResult:
+              broadcast: np.ndarray | None = None, start: np.ndarray | None = None,
+              stored: np.ndarray | None = None, precision: np.ndarray | None = None) -> RoundResult:
         """One server step: aggregate, factorize, broadcast.
 
         The round's entry point validates once: each upload's operator for type, dtype and
@@ -703,12 +707,21 @@ class Server:
             span the broadcast the clients blended in. They warm-start the block eigensolver
             (N >= 500): fewer products, the same result to the solver's tolerance
             (derived in {ref}`sec-cost-block`).
+        stored, precision : numpy.ndarray or None
+            The patterns the server stored last round ((S, N) int8, ``RoundResult.patterns``)
+            and their precisions ((S,), ``RoundResult.precision``), both or neither. With
+            ``acceptance="voted"`` a new pattern that refines a stored version within that
+            version's precision takes its place (:func:`fedlam.refresh.merge_versions`);
+            without them every accepted pattern stays. Other acceptances ignore them.
         """
         if isinstance(uploads, Upload) or not isinstance(uploads, Sequence) or len(uploads) == 0:
             raise TypeError(f"uploads must be a non-empty list of Upload, got {_describe(uploads)}")
         for c, u in enumerate(uploads):
             if not isinstance(u, Upload):
                 raise TypeError(f"uploads[{c}] must be a fedlam.protocol.Upload, got {_describe(u)}")
+        if (stored is None) != (precision is None):
+            raise ValueError("stored and precision must be given together (the last round's RoundResult.patterns "
+                             f"and .precision), got stored={_describe(stored)}, precision={_describe(precision)}")
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
         if self.defense is None and self.round_acceptance(uploads) == "fresh":
@@ -734,8 +747,10 @@ class Server:
             ra = robust.aggregate(list(uploads), weights, name, params, broadcast=broadcast,
                                   start=start if name == "support" else None)
             rr = self._factorize_robust(ra, rng, weights, start, broadcast)
-            pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, ra.products)
-            return rr if pats is rr.patterns else replace(rr, patterns=pats)
+            if params.get("groups") != robust.LEAVE_OUT:
+                pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, ra.products)
+                return rr if pats is rr.patterns else replace(rr, patterns=pats)
+            return self._voted_memory(rr, uploads, broadcast, weights, params, ra.products, stored, precision)
         if aggregate is None:
             N = None
             for c, u in enumerate(uploads):
@@ -770,6 +785,29 @@ class Server:
         result = self._factorize(J, rng, seen, weights, max(16, 2 * broadcast_rank + 8), start, extra)
         patterns = self._refresh(uploads, broadcast, np.asarray(result.patterns, dtype=np.int8), J, weights)
         return RoundResult(J, result, patterns, weights)
+
+    def _voted_memory(self, rr: RoundResult, uploads: Sequence[Upload], broadcast: np.ndarray | None,
+                      weights: np.ndarray | None, params: dict, products: robust.SpanProducts | None,
+                      stored: np.ndarray | None, precision: np.ndarray | None) -> RoundResult:
+        """The memory after a round with leave-out voters: the accepted patterns merged with the
+        stored versions they refine (:func:`fedlam.refresh.merge_versions`, with ``stored`` and
+        ``precision``), then refreshed where every voter agrees; each with its precision."""
+        res = rr.result
+        gamma = res.extras.get("overlaps") if isinstance(getattr(res, "extras", None), dict) else None
+        if gamma is None:            # the LAM search (search="lam") predicts no overlaps: no precision
+            pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, products)
+            return rr if pats is rr.patterns else replace(rr, patterns=pats)
+        pats = rr.patterns
+        prec = lam.noise_flip_bound(pats.astype(np.float64), res.vectors, gamma) if pats.shape[0] else np.zeros(0)
+        if stored is not None and precision is not None:
+            pats, prec = refresh.merge_versions(pats, prec, stored, precision)
+        new = self._refresh(uploads, broadcast, pats, rr.aggregate, weights, params, products)
+        moved = np.flatnonzero(np.any(new != pats, axis=1)) if new.shape == pats.shape else np.zeros(0, dtype=int)
+        if moved.size:               # a refreshed pattern: every voter certain of its signs now
+            prec = prec.copy()
+            prec[moved] = np.minimum(prec[moved], lam.noise_flip_bound(new[moved].astype(np.float64),
+                                                                        res.vectors, gamma))
+        return replace(rr, patterns=new, precision=prec)
 
     def _round_defense(self, uploads: Sequence[Upload]) -> tuple[str, dict[str, Any]] | None:
         """The defence this round runs and its parameters: the server's, or, for
@@ -1195,6 +1233,7 @@ def run_federation(
     broadcast = np.zeros((N, N)) if control_round0 else None
     k_broadcast = 0
     start = None  # the last round's detected eigenvectors: they warm-start the next spectrum
+    memory: RoundResult | None = None     # the last round's stored patterns (and their precision)
     # sum the uploads as they arrive: O(N^2) memory (a defence needs every upload)
     stream = server.k_rule == "scalars" and not server.needs_uploads
     for t in range(T):
@@ -1230,6 +1269,8 @@ def run_federation(
             uploads.append(up)
         # a defence removes the broadcast it sent from every upload (the clients' fresh evidence)
         kw = {"broadcast": broadcast} if server.needs_broadcast else {}
+        if memory is not None and memory.precision is not None:   # the stored patterns' precision
+            kw.update(stored=memory.patterns, precision=memory.precision)
         rr = server_t.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
         start = rr.warm_start
         if reconstruct is not None:
@@ -1243,6 +1284,7 @@ def run_federation(
             rr = RoundResult(rr.aggregate, rr.result, patterns, rr.weights)
         k_broadcast = rr.patterns.shape[0]
         broadcast = rr.broadcast
+        memory = rr
         rec.server(t, rr, clients)
 
     params = {"ema_alpha": ema_alpha, "w_init": w_init, "known_r": known_r,

@@ -229,3 +229,68 @@ def _replace(out: np.ndarray, products: Sequence[np.ndarray], max_flips: float) 
             out[k] = x[k]
             changed[k] = d
     return out, changed
+
+
+def merge_versions(patterns: np.ndarray, bounds: np.ndarray, stored: np.ndarray,
+                   precision: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the versions of one archetype among a round's patterns; return them with their precision.
+
+    Every pattern carries its *precision*: the bits noise may have flipped in it when it was
+    found. A stored pattern (equal, up to sign, to a row of ``stored``) keeps the precision it
+    was admitted with (``precision``); a new one has its bound this round (``bounds``,
+    :func:`fedlam.lam.noise_flip_bound`). Of two patterns that differ in ``d`` bits, the less
+    precise one (precision ``b``) is a version of the more precise one when ``d <= b``: its
+    differences are what the noise it was found under may have flipped. It leaves, and the more
+    precise one stays (the most precise first, greedily). Two patterns farther apart than the
+    less precise one's bound are two patterns, and both stay: a retired archetype admitted
+    precisely beside a correlated new one is kept. With the retention rule of
+    :class:`fedlam.lam._Memory` (a candidate within the *current* noise bound of a stored
+    pattern is replaced by it) this is one rule: the more precise version stays.
+
+    Parameters
+    ----------
+    patterns : numpy.ndarray
+        (K', N) +-1 int8: the round's accepted patterns.
+    bounds : numpy.ndarray
+        (K',) their noise-flip bounds this round (:func:`fedlam.lam.noise_flip_bound`).
+    stored : numpy.ndarray
+        (S, N) +-1 int8: the patterns the server stored last round.
+    precision : numpy.ndarray
+        (S,) their precisions (finite, >= 0).
+
+    Returns
+    -------
+    patterns, precision
+        The merged (K'', N) int8 patterns (in their order) and their (K'',) precisions.
+
+    Derived in {ref}`sec-exp-drift-duplicates`.
+    """
+    check_pm1(patterns, "patterns", ndim=2, allow_empty=True)
+    check_pm1(stored, "stored", ndim=2, allow_empty=True)
+    N = patterns.shape[1]
+    if stored.shape[1] != N:
+        raise ValueError(f"stored must be (S, {N}) like patterns, got shape {stored.shape}")
+    b = np.asarray(bounds, dtype=np.float64)
+    pr = np.asarray(precision, dtype=np.float64)
+    if b.shape != (patterns.shape[0],) or not np.all(np.isfinite(b)) or np.any(b < 0):
+        raise ValueError(f"bounds must be ({patterns.shape[0]},) finite >= 0, got {_describe(bounds)}")
+    if pr.shape != (stored.shape[0],) or not np.all(np.isfinite(pr)) or np.any(pr < 0):
+        raise ValueError(f"precision must be ({stored.shape[0]},) finite >= 0, got {_describe(precision)}")
+    X = np.array(patterns, dtype=np.int8)
+    K = X.shape[0]
+    if K == 0:
+        return X, b.copy()
+    Xf = X.astype(np.float64)
+    prec = b.copy()
+    if stored.shape[0]:
+        same = np.abs(Xf @ stored.T.astype(np.float64)) == N                   # (K', S)
+        prec = np.where(same.any(axis=1), np.where(same, pr[None, :], np.inf).min(axis=1), b)
+    flips = 0.5 * (N - np.abs(Xf @ Xf.T))                                       # (K', K')
+    keep = np.ones(K, dtype=bool)
+    for i in np.argsort(prec, kind="stable"):                                  # the most precise first
+        if not keep[i]:
+            continue
+        drop = keep & (prec > prec[i]) & (flips[i] <= prec)
+        drop[i] = False
+        keep &= ~drop
+    return np.ascontiguousarray(X[keep]), prec[keep]

@@ -193,3 +193,78 @@ def test_voted_refresh_bad_input():
         refresh.refresh_voted(_blend_uploads([np.eye(N + 1)], np.zeros((N + 1, N + 1))), A, x, [[0]])
     out, changed = refresh.refresh_voted(ups, A, x[:0], [[0]])
     assert out.shape == (0, N) and changed.shape == (0,)
+
+
+# ----------------------------------------------------------------------------------------
+# merging refined versions into the stored ones (refresh.merge_versions)
+def test_a_precise_version_within_the_stored_ones_precision_takes_its_place():
+    """A stored pattern admitted with precision 8.8 bits and a new version 7 bits off it with
+    bound 0: the new one replaces it (precision 0), also when both were stored. Stored
+    precisely (0.5 bits), the same new version is another pattern and both stay; a less precise
+    new version never replaces a stored one; stored patterns kept keep their precision."""
+    rng = np.random.default_rng(0)
+    xi = data.random_archetypes(3, 200, 1)
+    stale = _noisy(xi[2], 1 - 2 * 7 / 200, rng)                        # 7 bits off
+    stored = np.stack([xi[0], xi[1], stale])
+    pats = np.stack([xi[0], xi[1], stale, -xi[2]])
+    out, prec = refresh.merge_versions(pats, np.zeros(4), stored, np.array([0.0, 0.2, 8.8]))
+    assert np.array_equal(out, np.stack([xi[0], xi[1], -xi[2]])) and prec.tolist() == [0.0, 0.2, 0.0]
+    # both versions stored, the clean one precisely: the stale one leaves
+    both = np.vstack([stored, xi[2:]])
+    out, prec = refresh.merge_versions(pats, np.zeros(4), both, np.array([0.0, 0.2, 8.8, 0.0]))
+    assert np.array_equal(out, np.stack([xi[0], xi[1], -xi[2]])) and prec.tolist() == [0.0, 0.2, 0.0]
+    # admitted precisely: a retired archetype beside a correlated new one -- both stay
+    out, prec = refresh.merge_versions(pats, np.zeros(4), stored, np.array([0.0, 0.0, 0.5]))
+    assert np.array_equal(out, pats) and prec.tolist() == [0.0, 0.0, 0.5, 0.0]
+    # a new version less precise than the stored one and farther than its own bound: both stay
+    out, prec = refresh.merge_versions(pats, np.array([0.0, 0.0, 0.0, 6.0]), stored, np.array([0.0, 0.0, 0.5]))
+    assert np.array_equal(out, pats) and prec[-1] == 6.0
+    # ... within its own bound: it is the version that leaves
+    out, prec = refresh.merge_versions(pats, np.array([0.0, 0.0, 0.0, 9.0]), stored, np.array([0.0, 0.0, 0.5]))
+    assert np.array_equal(out, pats[:3]) and prec.tolist() == [0.0, 0.0, 0.5]
+    # nothing stored: every pattern with its own bound
+    out, prec = refresh.merge_versions(pats, np.arange(4.0), stored[:0], np.zeros(0))
+    assert np.array_equal(out, pats) and prec.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"bounds": np.zeros(3)}, "bounds must be"),
+    ({"bounds": np.array([0.0, 0.0, np.nan, 0.0])}, "bounds must be"),
+    ({"precision": np.array([0.0, -1.0, 0.0])}, "precision must be"),
+    ({"precision": np.zeros(2)}, "precision must be"),
+    ({"stored": np.ones((3, 199), dtype=np.int8)}, "stored must be"),
+])
+def test_merge_versions_refuses_bad_input(kw, match):
+    xi = data.random_archetypes(4, 200, 1)
+    args = {"patterns": xi, "bounds": np.zeros(4), "stored": xi[:3], "precision": np.zeros(3)}
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        refresh.merge_versions(**args)
+
+
+def test_drift_book_preset_stores_no_duplicate_and_no_mixture_under_the_default():
+    """The drift page's book preset (N = 200, K = L = 3, M = 100, 18 rounds), seed 3 of 3: before
+    2026-12-02 both adaptive rules stored a sign mixture of the three archetypes in round 7 (a
+    weak fourth spike, the stored and the fresh version of archetype 3 disagreeing, lowered the
+    in-span floor of every candidate: lam.candidate_floors), and without it the clean version of
+    archetype 3 beside the one stored from its weak spike 7 bits off (refresh.merge_versions).
+    Now no spurious pattern in any round and every archetype exact at the end."""
+    from fedlam import federation
+    from fedlam.experiments import drift
+    from fedlam.experiments._common import seed_pairs
+
+    p = drift.make_params("book")
+    a, b = seed_pairs(31, p.seeds)[2]
+    sched = data.sequential_drift(p.T, p.L, p.K, width=p.width)
+    xi = data.random_archetypes(p.K, p.N, a)
+    specs = [federation.ClientSpec(r=p.r, M=p.M, mixture=sched[:, c]) for c in range(p.L)]
+    h = federation.run_federation(xi, specs, p.T, b, controller="novelty", ema_alpha=p.ema_alpha)
+    assert np.all(h.spurious == 0) and np.all(h.magnetization[-1] == 1.0) and h.k_hat[-1] == 3
+    # the precision travels with the memory: the first round's patterns carry their bounds
+    from fedlam.protocol import Upload
+
+    ups = [Upload(operators.hebbian(np.repeat(xi, 30, axis=0)), 90, 1.0, 0.0)] * 3
+    rr = federation.Server().round(ups, np.random.default_rng(0))
+    assert rr.precision is not None and rr.precision.shape == (rr.patterns.shape[0],)
+    with pytest.raises(ValueError, match="stored and precision must be given together"):
+        federation.Server().round(ups, np.random.default_rng(0), stored=xi)

@@ -333,6 +333,7 @@ def federate(archetypes: np.ndarray, specs: Sequence[Any], T: int, rng: Any, *, 
     broadcast = None
     k_broadcast = 0
     start = None  # the last round's detected eigenvectors warm-start the next spectrum, as in run_federation
+    memory: Any = None   # the last RoundResult: its stored patterns and their precision
     stream = server.k_rule == "scalars" and not server.needs_uploads
     clock = time.perf_counter
     for t in range(T):
@@ -361,8 +362,11 @@ def federate(archetypes: np.ndarray, specs: Sequence[Any], T: int, rng: Any, *, 
             del probe
         t0 = clock()
         kw = {"broadcast": broadcast} if server.needs_broadcast else {}
+        if memory is not None and memory.precision is not None:   # the stored patterns' precision
+            kw.update(stored=memory.patterns, precision=memory.precision)
         rr = server.round(uploads, streams[L], broadcast_rank=k_broadcast, aggregate=total, start=start, **kw)
         t_round = clock() - t0
+        memory = rr
         start = rr.warm_start
         if time_rounds:
             ts["t_sum"][t] = t_sum

@@ -599,7 +599,8 @@ def copy_uploads(archetypes: np.ndarray, stored: np.ndarray, w: float, r: float,
 
 
 def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float, M: int, L: int,
-                    rng: Any, acceptances: tuple = ("paper", "voted", "fresh")) -> tuple[Any, dict]:
+                    rng: Any, acceptances: tuple = ("paper", "voted", "fresh"),
+                    copy_precision: float | None = None) -> tuple[Any, dict]:
     """Server steps with a stored copy of archetype 0 under the paper's, the default and the
     fresh acceptance (``acceptances``, each in :data:`fedlam.federation.ACCEPTANCES`).
 
@@ -618,6 +619,13 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
         (N,) +-1, the stored copy (e.g. :func:`flip_bits` of archetype 0).
     w, r, M, L, rng
         As for :func:`copy_uploads`.
+    acceptances : tuple of str
+        The acceptances compared.
+    copy_precision : float or None
+        With a value, one more row per round, ``"voted, precision"``: the default acceptance told
+        the stored patterns and their precisions (``Server.round``'s ``stored``/``precision``),
+        the copy's being ``copy_precision`` bits (it was found under that much noise) and the
+        others' 0 (:func:`fedlam.refresh.merge_versions`).
 
     Returns
     -------
@@ -645,13 +653,20 @@ def duplicate_table(archetypes: np.ndarray, copy: np.ndarray, w: float, r: float
               "both stored": (both, archetypes)}
     if archetypes.shape[0] >= 2:
         rounds["both stored, 1 absent"] = (both, archetypes[1:])
+    if copy_precision is not None:
+        copy_precision = check_in_range(copy_precision, "copy_precision", 0.0, None)
     rows, out = [], {}
+    labels = acceptances + (("voted, precision",) if copy_precision is not None else ())
     for name, (stored, held) in rounds.items():
         ups, A = copy_uploads(held, stored, w, r, M, L, gen)
         seed = int(gen.integers(2**62))
-        for acc in acceptances:
-            rr = federation.Server(acceptance=acc).round(ups, np.random.default_rng(seed), broadcast=A,
-                                                         broadcast_rank=stored.shape[0])
+        for acc in labels:
+            kw: dict = {}
+            if acc == "voted, precision":
+                is_copy = np.all(stored == copy[None], axis=1)
+                kw = {"stored": stored, "precision": np.where(is_copy, float(copy_precision or 0.0), 0.0)}
+            rr = federation.Server(acceptance=acc.split(",")[0]).round(
+                ups, np.random.default_rng(seed), broadcast=A, broadcast_rank=stored.shape[0], **kw)
             P = rr.patterns.astype(np.float64)
             ov = P @ np.stack([x, copy]).T.astype(np.float64) / N
             near = ov[np.abs(ov[:, 0]) >= 0.5] * np.sign(ov[np.abs(ov[:, 0]) >= 0.5, :1])

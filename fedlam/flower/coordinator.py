@@ -118,11 +118,14 @@ class _Sites:
 
 
 def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
-                 k_broadcast: int, patterns: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray]:
+                 k_broadcast: int, patterns: np.ndarray | None = None,
+                 precision: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray | None]:
     """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
-    index): (patterns, factorize result, aggregate). ``patterns`` is the last broadcast: a server
-    that reads every upload (a defence, or the fresh acceptance: ``Server.needs_uploads``)
-    removes its operator from the uploads, as ``run_federation`` does."""
+    index): (patterns, factorize result, aggregate, the patterns' precision). ``patterns`` is the
+    last broadcast: a server that reads every upload (a defence, or the fresh acceptance:
+    ``Server.needs_uploads``) removes its operator from the uploads, as ``run_federation`` does;
+    with ``precision`` (the last round's) the voted acceptance merges refined versions into the
+    stored ones (``Server.round``'s ``stored``/``precision``)."""
     from fedlam.protocol import Upload
 
     uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
@@ -130,8 +133,10 @@ def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
     kw = {}
     if server.needs_broadcast and patterns is not None:
         kw["broadcast"] = server.broadcast(patterns)
+    if patterns is not None and precision is not None:
+        kw.update(stored=patterns, precision=precision)
     rr = server.round(uploads, rng, broadcast_rank=k_broadcast, **kw)
-    return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate
+    return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate, rr.precision
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -206,6 +211,7 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
         "nodes": {}, "rounds": [], "server": repr(server), "participation": part.to_dict(),
     }
     patterns = None  # the last broadcast (None: none yet)
+    precision: np.ndarray | None = None   # its patterns' precision (the voted acceptance keeps one)
     k_broadcast = 0
     for t in range(T):
         t_round = time.monotonic()
@@ -254,7 +260,8 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
             rec.update({"weights": weights, "weights_raw": w_raw, "r_used": r_used})
             ops = [uploads[i][0] for i in order]
             scal = [uploads[i][1] for i in order]
-            patterns, result, J = _server_step(server, ops, scal, rng_server, k_broadcast, patterns)
+            patterns, result, J, precision = _server_step(server, ops, scal, rng_server, k_broadcast, patterns,
+                                                          precision)
             k_broadcast = patterns.shape[0]
             vals = np.sort(np.asarray(federation._server_values(result, J)))[::-1]
             rec.update({"skipped": False, "k_hat": int(result.k_hat), "n_patterns": int(k_broadcast),
