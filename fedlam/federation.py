@@ -88,16 +88,21 @@ def default_acceptance(*, secure: bool = False, defense: str | None = None, clie
     the memory only if every voter certifies it, the whole stored span counts as memory (what was
     certified when it entered stays), and stored patterns are refreshed where every voter's fresh
     mean gives the same certain signs (:func:`fedlam.refresh.refresh_voted`). So a lone
-    poisoner's fake, missing from the voter that leaves it out, never enters; a noisy duplicate of
-    a stored archetype is never admitted (the refresh removes the disagreement it would come from,
-    {ref}`sec-exp-drift`); an archetype that stops appearing in the data is kept; and each voter's
-    noise is about the mean's, so the test certifies near the mean's own privacy threshold.
+    poisoner's fake, missing from the voter that leaves it out, never enters; of two versions of
+    one archetype the more precise one stays when they differ by no more than the other's
+    admission noise (:func:`fedlam.refresh.merge_versions`, with ``Server.round``'s ``stored``
+    and ``precision``, which ``run_federation`` and the Flower server pass; {ref}`sec-exp-drift`);
+    an archetype that stops appearing in the data is kept; and each voter's noise is about the
+    mean's, so the test certifies near the mean's own privacy threshold.
     Measured (2026-12-01) on issue 18's drift (N = 784, K = 4, L = 3, r = 0.8, M = 250, 24
     rounds, novelty rule), random archetypes (3 seeds) and ten sets of four Caltech-101
     silhouettes: no spurious pattern in any round and every archetype stored exactly at the end,
     retired ones included; ``"fresh"`` (single-upload votes) stored a transient duplicate in every
     random seed and forgot the retired silhouettes in every set (their weakest stored directions,
-    broadcast eigenvalue 0.28-0.46, count only ``s - 1`` votes under its rule).
+    broadcast eigenvalue 0.28-0.46, count only ``s - 1`` votes under its rule). Re-measured
+    2026-12-02 with the per-candidate floor and the precision merge on the random archetypes
+    (seeds 0, 1) and two silhouette sets: no spurious pattern in any round, every archetype exact
+    at the end.
 
     Otherwise:
 
