@@ -119,13 +119,16 @@ class _Sites:
 
 def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
                  k_broadcast: int, patterns: np.ndarray | None = None,
-                 precision: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray | None]:
+                 precision: np.ndarray | None = None,
+                 start: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray | None]:
     """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
     index): (patterns, factorize result, aggregate, the patterns' precision). ``patterns`` is the
     last broadcast: a server that reads every upload (a defence, or the fresh acceptance:
     ``Server.needs_uploads``) removes its operator from the uploads, as ``run_federation`` does;
     with ``precision`` (the last round's) the voted acceptance merges refined versions into the
-    stored ones (``Server.round``'s ``stored``/``precision``)."""
+    stored ones (``Server.round``'s ``stored``/``precision``); ``start`` (the last round's
+    detected eigenvectors, ``RoundResult.warm_start``) warm-starts the block eigensolver, as in
+    ``run_federation``."""
     from fedlam.protocol import Upload
 
     uploads = [Upload(op, s["batch-size"], s["weight"], s["noise-var"], s["dp-sigma"])
@@ -135,7 +138,7 @@ def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
         kw["broadcast"] = server.broadcast(patterns)
     if patterns is not None and precision is not None:
         kw.update(stored=patterns, precision=precision)
-    rr = server.round(uploads, rng, broadcast_rank=k_broadcast, **kw)
+    rr = server.round(uploads, rng, broadcast_rank=k_broadcast, start=start, **kw)
     return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate, rr.precision
 
 
@@ -212,6 +215,7 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
     }
     patterns = None  # the last broadcast (None: none yet)
     precision: np.ndarray | None = None   # its patterns' precision (the voted acceptance keeps one)
+    start: np.ndarray | None = None       # the last round's detected eigenvectors (warm start)
     k_broadcast = 0
     for t in range(T):
         t_round = time.monotonic()
@@ -261,7 +265,9 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
             ops = [uploads[i][0] for i in order]
             scal = [uploads[i][1] for i in order]
             patterns, result, J, precision = _server_step(server, ops, scal, rng_server, k_broadcast, patterns,
-                                                          precision)
+                                                          precision, start)
+            vec = getattr(result, "vectors", None)   # RoundResult.warm_start of this round
+            start = vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
             k_broadcast = patterns.shape[0]
             vals = np.sort(np.asarray(federation._server_values(result, J)))[::-1]
             rec.update({"skipped": False, "k_hat": int(result.k_hat), "n_patterns": int(k_broadcast),
