@@ -9,6 +9,8 @@ Under example-level DP (every client's fresh operator noised by the Gaussian mec
 epsilon = 4 before the blend) the default is again "voted"; its later round is timed against the
 paper's on the same noised uploads, and so is the support defence with leave-out voters
 (defense_params={"groups": "leave-out"}).
+A later round is told the stored patterns and their precisions (``Server.round``'s ``stored`` and
+``precision``, as ``run_federation`` passes them; the voted acceptance merges versions with them).
 Times are the best of 5 interleaved runs, as ratios measured in the same run.
 
 Run:  python benchmarks/bench_acceptance.py
@@ -44,9 +46,12 @@ def main() -> None:
     out = {}
 
     def run(name, acceptance, uploads, broadcast, **server):
+        # a later round gets the stored patterns and their precision, as run_federation passes them
+        kw = {} if broadcast is None else {"stored": xi, "precision": np.zeros(K)}
+
         def f():
             srv = Server(acceptance=acceptance, **server)
-            out[name] = srv.round(uploads, np.random.default_rng(0), broadcast=broadcast)
+            out[name] = srv.round(uploads, np.random.default_rng(0), broadcast=broadcast, **kw)
         return f
 
     plain_default = default_acceptance()

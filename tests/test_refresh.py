@@ -268,3 +268,21 @@ def test_drift_book_preset_stores_no_duplicate_and_no_mixture_under_the_default(
     assert rr.precision is not None and rr.precision.shape == (rr.patterns.shape[0],)
     with pytest.raises(ValueError, match="stored and precision must be given together"):
         federation.Server().round(ups, np.random.default_rng(0), stored=xi)
+
+
+def test_server_round_checks_the_stored_patterns_and_their_precision():
+    """Server.round's stored/precision: both or neither, and a precision per stored pattern."""
+    from fedlam import federation
+    from fedlam.protocol import Upload
+
+    xi = data.random_archetypes(3, 200, 2)
+    A = operators.pattern_operator(xi)
+    ups = [Upload(0.5 * operators.hebbian(np.repeat(xi, 30, axis=0)) + 0.5 * A, 90, 0.5, 0.0)] * 3
+    srv = federation.Server()
+    with pytest.raises(ValueError, match="stored and precision must be given together"):
+        srv.round(ups, np.random.default_rng(0), broadcast=A, precision=np.zeros(3))
+    with pytest.raises(ValueError, match="precision must be"):
+        srv.round(ups, np.random.default_rng(0), broadcast=A, stored=xi, precision=np.zeros(2))
+    rr = srv.round(ups, np.random.default_rng(0), broadcast=A, stored=xi, precision=np.zeros(3))
+    assert rr.precision is not None and rr.precision.shape == (rr.patterns.shape[0],)
+    assert np.all(np.abs(rr.patterns.astype(float) @ xi.T.astype(float)).max(axis=0) == 200)
