@@ -750,7 +750,7 @@ class Server:
             if name in ("median", "trimmed"):
                 weights = None          # unweighted estimators
             ra = robust.aggregate(list(uploads), weights, name, params, broadcast=broadcast,
-                                  start=start if name == "support" else None)
+                                  start=start if name == "support" else None, stored_patterns=stored)
             rr = self._factorize_robust(ra, rng, weights, start, broadcast)
             if params.get("groups") != robust.LEAVE_OUT:
                 pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, ra.products)

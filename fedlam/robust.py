@@ -1027,18 +1027,36 @@ def memory_span(broadcast: np.ndarray | None) -> np.ndarray | None:
     return None if broadcast is None else _span_and_compression(broadcast)[0]
 
 
-def _span_and_compression(broadcast: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+def _span_and_compression(broadcast: np.ndarray, patterns: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`memory_span`'s basis ``U`` and, where the broadcast is ``U M U^T`` (a symmetric
     operator of that range), the (r, r) compression ``M``, so that ``broadcast @ X`` is
     ``U (M (U^T X))`` without a pass over the (N, N) matrix (None where it is not).
 
     From the sketch ``Y = B G``: if ``B = U M U^T`` then ``U^T Y = M (U^T G)``, and ``U^T G``
     (r x k, r < k Gaussian) has full row rank, so ``M = (U^T Y)(U^T G)^+``; the identity is
-    checked on the sketch (to 1e-12 of its norm) and on M's symmetry, else None."""
+    checked on the sketch (to 1e-12 of its norm) and on M's symmetry, else None.
+
+    With ``patterns`` ((S, N) +-1, the patterns the server stored: the broadcast should be
+    ``patterns^T patterns / N``) and the broadcast equal to their operator on one Gaussian probe
+    (to 1e-12 of its norm): ``U`` is an orthonormal basis of their span and
+    ``M = (P U)^T (P U) / N``, with one matrix-vector product over the broadcast instead of the
+    sketch's ``K_b + 8``. Otherwise (another operator) the sketch as above."""
     if not isinstance(broadcast, np.ndarray) or broadcast.ndim != 2 or broadcast.shape[0] != broadcast.shape[1] \
             or broadcast.dtype != np.float64:
         raise ValueError(f"broadcast must be None or a finite float64 (N, N) operator, got {_describe(broadcast)}")
     N = broadcast.shape[0]
+    if isinstance(patterns, np.ndarray) and patterns.ndim == 2 and patterns.shape[1] == N and patterns.shape[0]:
+        P = patterns.astype(np.float64)
+        g = np.random.default_rng(1).standard_normal(N)
+        y = broadcast @ g
+        z = P.T @ (P @ g) / N
+        ny = float(np.linalg.norm(y))
+        if math.isfinite(ny) and float(np.linalg.norm(y - z)) <= 1e-12 * max(ny, 1e-300):
+            U = _orth(P.T / math.sqrt(N))
+            C = P @ U
+            M = C.T @ C / N
+            return U, 0.5 * (M + M.T)
     tr = float(np.trace(broadcast))
     G = np.random.default_rng(0).standard_normal((N, min(N, max(0, math.ceil(tr)) + 8) if math.isfinite(tr) else 1))
     Y = broadcast @ G
@@ -1461,13 +1479,14 @@ class _StoredSpan:
     products: SpanProducts | None = None
 
     @classmethod
-    def of(cls, broadcast: np.ndarray | None, whole: bool, ops: Sequence[np.ndarray] | None = None
-           ) -> _StoredSpan | None:
+    def of(cls, broadcast: np.ndarray | None, whole: bool, ops: Sequence[np.ndarray] | None = None,
+           patterns: np.ndarray | None = None) -> _StoredSpan | None:
         """The rule for the broadcast's stored span (None without a broadcast); with ``ops``, the
-        products with the span are kept (:class:`SpanProducts`)."""
+        products with the span are kept (:class:`SpanProducts`); ``patterns``: the stored patterns,
+        whose span it is (:func:`_span_and_compression`)."""
         if broadcast is None:
             return None
-        span, M = _span_and_compression(broadcast)
+        span, M = _span_and_compression(broadcast, patterns)
         return cls(span, whole, None if ops is None else SpanProducts(span, ops, broadcast, M))
 
     @property
@@ -1742,6 +1761,7 @@ def aggregate(
     *,
     broadcast: np.ndarray | None = None,
     start: np.ndarray | None = None,
+    stored_patterns: np.ndarray | None = None,
 ) -> RobustAggregate:
     """The operator the server factorizes under a defence, with the bulk that sets its K-hat.
 
@@ -1765,6 +1785,10 @@ def aggregate(
     start : numpy.ndarray or None
         (N, j) approximate leading eigenvectors of the mean (the previous round's detected
         ones) that warm-start the block eigensolver of ``"support"``; ignored otherwise.
+    stored_patterns : numpy.ndarray or None
+        (S, N) +-1: the patterns whose operator the broadcast is. With leave-out voters their
+        span is the stored span (checked on one probe of the broadcast; otherwise the range
+        finder's sketch of the broadcast); ignored otherwise.
 
     Returns
     -------
@@ -1813,7 +1837,8 @@ def aggregate(
         # leave-out voters need every voter: the whole stored span is memory (as for the median's
         # majority count), not only the directions the broadcast's Rayleigh test finds
         # (their products with the stored span are kept for the refresh: RobustAggregate.products)
-        stored = _StoredSpan.of(broadcast, whole=True, ops=ops) if p.get("groups") == LEAVE_OUT else None
+        stored = (_StoredSpan.of(broadcast, whole=True, ops=ops, patterns=stored_patterns)
+                  if p.get("groups") == LEAVE_OUT else None)
         ra = _supported_mean(uploads, ops, om, broadcast, N, p, start, stored, defense="support")
         return ra if stored is None else replace(ra, products=stored.products)
     if name in ("median", "trimmed"):

@@ -1070,3 +1070,22 @@ def test_voter_means_are_the_weighted_means_of_their_live_members():
     assert vm.mean([2]) is None and vm.mean([2, 4, 4]) is None       # dead member; weight 0 only
     eq = robust.VoterMeans(lambda c: parts[c], [True] * 5, None, leave_out=False)
     assert np.allclose(eq.mean([0, 1, 3]), (parts[0] + parts[1] + parts[3]) / 3, rtol=0, atol=1e-14)
+
+
+def test_stored_span_from_the_patterns_is_the_sketchs_span():
+    """robust._span_and_compression with the stored patterns: the same span (projectors equal to
+    1e-12) and the same action of the broadcast as the range finder's sketch, from one probe; a
+    broadcast that is not their operator falls back to the sketch."""
+    N = 300
+    xi = data.random_archetypes(4, N, np.random.default_rng(2))
+    A = operators.pattern_operator(xi)
+    U0, M0 = robust._span_and_compression(A)
+    U1, M1 = robust._span_and_compression(A, xi)
+    assert U1.shape == U0.shape == (N, 4) and M0 is not None and M1 is not None
+    assert np.abs(U1 @ U1.T - U0 @ U0.T).max() < 1e-12
+    X = np.random.default_rng(3).standard_normal((N, 3))
+    assert np.abs(U1 @ (M1 @ (U1.T @ X)) - A @ X).max() < 1e-12
+    other = operators.pattern_operator(xi[:3])                  # not the operator of xi
+    U2, _ = robust._span_and_compression(other, xi)
+    U3, _ = robust._span_and_compression(other)
+    assert np.array_equal(U2, U3) and U2.shape[1] == 3
