@@ -53,6 +53,8 @@ from fedlam.robust import memory_span
 
 __all__ = [
     "LAMParams",
+    "candidate_floors",
+    "noise_flip_bound",
     "Kernel",
     "FactorizeResult",
     "make_kernel",
@@ -1397,7 +1399,7 @@ def noise_flip_bound(X: np.ndarray, vectors: np.ndarray, gamma: np.ndarray) -> n
     ``N q + 4 sqrt(N q (1 - q))`` with ``q = Phi(-sqrt(g / (1 - g)))``, ``g`` the mean of the
     detected eigenvectors' predicted overlaps ``gamma`` weighted by the row's squared
     coordinates on them (``vectors``, (N, k)): a projection ``g p_i + sqrt(g (1 - g)) z_i`` per
-    site flips each bit with probability ``q`` (:class:`_Memory`, *retention*). Derived in
+    site flips each bit with probability ``q`` (``lam._Memory``, *retention*). Derived in
     {ref}`sec-lam-memory-floor`.
     """
     N = X.shape[1]

@@ -44,7 +44,7 @@ import scipy.linalg
 
 from ._validation import _describe, check_in_range, check_operator_shape, check_pm1
 
-__all__ = ["echo_weight", "refresh_patterns", "refresh_voted"]
+__all__ = ["echo_weight", "merge_versions", "refresh_patterns", "refresh_voted"]
 
 
 def echo_weight(uploads: Sequence[Any], weights: np.ndarray | None = None) -> float:
@@ -244,7 +244,7 @@ def merge_versions(patterns: np.ndarray, bounds: np.ndarray, stored: np.ndarray,
     precise one stays (the most precise first, greedily). Two patterns farther apart than the
     less precise one's bound are two patterns, and both stay: a retired archetype admitted
     precisely beside a correlated new one is kept. With the retention rule of
-    :class:`fedlam.lam._Memory` (a candidate within the *current* noise bound of a stored
+    ``lam._Memory`` (a candidate within the *current* noise bound of a stored
     pattern is replaced by it) this is one rule: the more precise version stays.
 
     Parameters
