@@ -803,11 +803,11 @@ class Server:
             pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, products)
             return rr if pats is rr.patterns else replace(rr, patterns=pats)
         pats = rr.patterns
-        prec = lam.noise_flip_bound(pats.astype(np.float64), res.vectors, gamma) if pats.shape[0] else np.zeros(0)
+        prec = lam.noise_flip_bound(pats.astype(np.float64), res.vectors, gamma)
         if stored is not None and precision is not None:
             pats, prec = refresh.merge_versions(pats, prec, stored, precision)
         new = self._refresh(uploads, broadcast, pats, rr.aggregate, weights, params, products)
-        moved = np.flatnonzero(np.any(new != pats, axis=1)) if new.shape == pats.shape else np.zeros(0, dtype=int)
+        moved = np.flatnonzero(np.any(new != pats, axis=1))     # the refresh keeps the rows
         if moved.size:               # a refreshed pattern: every voter certain of its signs now
             prec = prec.copy()
             prec[moved] = np.minimum(prec[moved], lam.noise_flip_bound(new[moved].astype(np.float64),

@@ -1385,9 +1385,9 @@ def candidate_floors(coords: np.ndarray, gamma: np.ndarray, N: int, margin: floa
     g_min = float(g.min()) if g.size else 1.0
     score = y2.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv = np.where(g > 0.0, 1.0 / np.where(g > 0.0, g, 1.0), np.inf)
-        D = np.where(y2 > 0.0, y2 * inv, 0.0).sum(axis=1)
-        H = np.where((score > 0.0) & np.isfinite(D) & (D > 0.0), score / np.where(D > 0.0, D, 1.0), g_min)
+        # D = sum_j y_j^2 / gamma_j (inf where a gamma_j = 0 holds mass: H is then gamma_min)
+        D = np.where(y2 > 0.0, y2 * (1.0 / g), 0.0).sum(axis=1)
+        H = np.where((score > 0.0) & np.isfinite(D), score / D, g_min)
     H = np.clip(H, g_min, 1.0)
     m = 4.0 * np.sqrt((1.0 - H) / N) + 1e-9 if margin is None else float(margin)
     return np.maximum(0.5, H - m)
@@ -1440,9 +1440,9 @@ class _Memory:
     The memory's span is computed once, when a candidate first needs it.
     """
 
-    def __init__(self, memory: np.ndarray | None, floor: float, dedup: float,
+    def __init__(self, memory: np.ndarray | None, dedup: float,
                  vectors: np.ndarray, gamma: np.ndarray) -> None:
-        self.memory, self.floor, self.dedup = memory, floor, dedup
+        self.memory, self.dedup = memory, dedup
         self.allowance = 0.5 * (1.0 - dedup)
         self.V, self.gamma = vectors, np.clip(gamma, 0.0, 1.0)
         self._span: np.ndarray | None = None
@@ -1513,7 +1513,7 @@ def _factorize_span(spec: _sp.Spectrum, kres: _sp.KHatResult, k_hat: int, dreame
     margin = p.span_margin if p.span_margin is not None else 4.0 * np.sqrt((1.0 - g_min) / N) + 1e-9
     floor = max(0.5, g_min - margin)
     dedup = p.dedup_threshold
-    mem = _Memory(memory, floor, dedup, V, gamma)
+    mem = _Memory(memory, dedup, V, gamma)
     scales = np.sqrt(np.maximum(spec.values[:k_hat], 0.0))
     # no bulk and no noise: an exact pattern operator (or a sum of broadcasts)
     exact = (not (kres.sigma2 > 0)) and not (kres.details.get("noise_var", 0.0) > 0)

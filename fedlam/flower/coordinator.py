@@ -120,9 +120,9 @@ class _Sites:
 def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
                  k_broadcast: int, patterns: np.ndarray | None = None,
                  precision: np.ndarray | None = None,
-                 start: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray | None]:
+                 start: np.ndarray | None = None) -> tuple[np.ndarray, Any, np.ndarray, Any]:
     """One :class:`fedlam.federation.Server` step on the received uploads (ordered by client
-    index): (patterns, factorize result, aggregate, the patterns' precision). ``patterns`` is the
+    index): (patterns, factorize result, aggregate, the round's ``RoundResult``). ``patterns`` is the
     last broadcast: a server that reads every upload (a defence, or the fresh acceptance:
     ``Server.needs_uploads``) removes its operator from the uploads, as ``run_federation`` does;
     with ``precision`` (the last round's) the voted acceptance merges refined versions into the
@@ -139,7 +139,7 @@ def _server_step(server: Any, ops: list, scal: list, rng: np.random.Generator,
     if patterns is not None and precision is not None:
         kw.update(stored=patterns, precision=precision)
     rr = server.round(uploads, rng, broadcast_rank=k_broadcast, start=start, **kw)
-    return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate, rr.precision
+    return np.asarray(rr.patterns, dtype=np.int8), rr.result, rr.aggregate, rr
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -264,10 +264,9 @@ def serve(grid: Any, run_config: Mapping[str, Any], log: Callable[[str], None] =
             rec.update({"weights": weights, "weights_raw": w_raw, "r_used": r_used})
             ops = [uploads[i][0] for i in order]
             scal = [uploads[i][1] for i in order]
-            patterns, result, J, precision = _server_step(server, ops, scal, rng_server, k_broadcast, patterns,
-                                                          precision, start)
-            vec = getattr(result, "vectors", None)   # RoundResult.warm_start of this round
-            start = vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
+            patterns, result, J, rr = _server_step(server, ops, scal, rng_server, k_broadcast, patterns,
+                                                   precision, start)
+            precision, start = rr.precision, rr.warm_start
             k_broadcast = patterns.shape[0]
             vals = np.sort(np.asarray(federation._server_values(result, J)))[::-1]
             rec.update({"skipped": False, "k_hat": int(result.k_hat), "n_patterns": int(k_broadcast),
