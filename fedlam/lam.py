@@ -38,6 +38,7 @@ from fedlam import khat
 from fedlam import spectral as _sp
 from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top, _ensure_vectors
 from fedlam._validation import (
+    _describe,
     as_rng,
     check_choice,
     check_count,
@@ -1363,6 +1364,17 @@ def _exact_weights(cands: np.ndarray, coords: np.ndarray, scores: np.ndarray, va
     return w
 
 
+def _float_array(x: Any, name: str, ndim: int, shape: tuple | None = None) -> np.ndarray:
+    """``x`` as a finite float64 array of ``ndim`` dimensions (and ``shape``, None entries free)."""
+    ok = isinstance(x, np.ndarray) and x.ndim == ndim and (x.dtype.kind in "fiu")
+    if ok and shape is not None:
+        ok = all(s is None or s == d for s, d in zip(shape, x.shape, strict=True))
+    if not ok or not np.all(np.isfinite(x)):
+        want = "x".join("n" if s is None else str(s) for s in shape) if shape else f"{ndim}-d"
+        raise ValueError(f"{name} must be a finite real ({want}) numpy array, got {_describe(x)}")
+    return np.asarray(x, dtype=np.float64)
+
+
 def candidate_floors(coords: np.ndarray, gamma: np.ndarray, N: int, margin: float | None = None) -> np.ndarray:
     """In-span acceptance floor of each candidate, from where it lies in the detected span.
 
@@ -1380,8 +1392,12 @@ def candidate_floors(coords: np.ndarray, gamma: np.ndarray, N: int, margin: floa
     fourth, weak spike lowered the floor for all. Never below the floor of ``gamma_min``.
     Derived in {ref}`sec-lam-candidate-floor`.
     """
-    g = np.clip(np.asarray(gamma, dtype=np.float64), 0.0, 1.0)
-    y2 = np.asarray(coords, dtype=np.float64) ** 2
+    y = _float_array(coords, "coords", 2)
+    g = np.clip(_float_array(gamma, "gamma", 1, (y.shape[1],)), 0.0, 1.0)
+    N = check_positive_int(N, "N")
+    if margin is not None:
+        margin = check_in_range(margin, "margin", 0.0, 1.0)
+    y2 = y ** 2
     g_min = float(g.min()) if g.size else 1.0
     score = y2.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -1402,9 +1418,12 @@ def noise_flip_bound(X: np.ndarray, vectors: np.ndarray, gamma: np.ndarray) -> n
     site flips each bit with probability ``q`` (``lam._Memory``, *retention*). Derived in
     {ref}`sec-lam-memory-floor`.
     """
-    N = X.shape[1]
-    C = (np.asarray(X, dtype=np.float64) @ vectors) ** 2
-    g = np.einsum("bk,k->b", C, np.clip(gamma, 0.0, 1.0)) / np.maximum(C.sum(axis=1), 1e-300)
+    Xf = _float_array(X, "X", 2)
+    N = Xf.shape[1]
+    V = _float_array(vectors, "vectors", 2, (N, None))
+    g = np.clip(_float_array(gamma, "gamma", 1, (V.shape[1],)), 0.0, 1.0)
+    C = (Xf @ V) ** 2
+    g = np.einsum("bk,k->b", C, g) / np.maximum(C.sum(axis=1), 1e-300)
     t = np.sqrt(g / np.maximum(1.0 - g, 1e-300))
     q = np.array([0.5 * math.erfc(float(x) / math.sqrt(2.0)) for x in t])   # Phi(-t)
     return N * q + 4.0 * np.sqrt(N * q * (1.0 - q))
