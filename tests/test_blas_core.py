@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,7 +32,13 @@ def _run(*args: str, core: str | None = None) -> subprocess.CompletedProcess:
 
 def test_other_core_on_this_machine_takes_effect():
     """What CI forces is not what OpenBLAS picks here, and forcing it changes the kernel."""
-    native = blas_core.openblas_cores()
+    # the native kernel, read without an OPENBLAS_CORETYPE this process may have inherited
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    code = (f"import json, sys; sys.path.insert(0, {str(SCRIPT.parent)!r}); import blas_core; "
+            "print(json.dumps(blas_core.openblas_cores()))")
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    native = json.loads(shown.stdout)
     if any(v.startswith("unknown") for v in native.values()):
         return  # wheels without a bundled OpenBLAS: nothing to force (the CI stage fails instead)
     other = _run("--other")
