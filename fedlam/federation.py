@@ -717,7 +717,10 @@ class Server:
             and their precisions ((S,), ``RoundResult.precision``), both or neither. With
             ``acceptance="voted"`` a new pattern that refines a stored version within that
             version's precision takes its place (:func:`fedlam.refresh.merge_versions`);
-            without them every accepted pattern stays. Other acceptances ignore them.
+            without them every accepted pattern stays. With ``defense="median"`` or
+            ``"trimmed"`` an undecided round (no majority for the leading direction) keeps the
+            stored patterns it did not re-find (:meth:`_majority_memory`). Other acceptances
+            ignore them.
         """
         if isinstance(uploads, Upload) or not isinstance(uploads, Sequence) or len(uploads) == 0:
             raise TypeError(f"uploads must be a non-empty list of Upload, got {_describe(uploads)}")
@@ -727,6 +730,13 @@ class Server:
         if (stored is None) != (precision is None):
             raise ValueError("stored and precision must be given together (the last round's RoundResult.patterns "
                              f"and .precision), got stored={_describe(stored)}, precision={_describe(precision)}")
+        if stored is not None:
+            check_pm1(stored, "stored", ndim=2, allow_empty=True)
+            if (not isinstance(precision, np.ndarray) or precision.shape != (stored.shape[0],)
+                    or not np.issubdtype(precision.dtype, np.number) or not np.all(np.isfinite(precision))
+                    or np.any(precision < 0)):
+                raise ValueError(f"precision must be a ({stored.shape[0]},) array of finite bounds >= 0, one per "
+                                 f"stored pattern, got {_describe(precision)}")
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
         if self.defense is None and self.round_acceptance(uploads) == "fresh":
@@ -754,7 +764,10 @@ class Server:
             rr = self._factorize_robust(ra, rng, weights, start, broadcast)
             if params.get("groups") != robust.LEAVE_OUT:
                 pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, ra.products)
-                return rr if pats is rr.patterns else replace(rr, patterns=pats)
+                rr = rr if pats is rr.patterns else replace(rr, patterns=pats)
+                if name in ("median", "trimmed"):
+                    return self._majority_memory(rr, ra, stored, precision)
+                return rr
             return self._voted_memory(rr, uploads, broadcast, weights, params, ra.products, stored, precision)
         if aggregate is None:
             N = None
@@ -813,6 +826,40 @@ class Server:
             prec[moved] = np.minimum(prec[moved], lam.noise_flip_bound(new[moved].astype(np.float64),
                                                                         res.vectors, gamma))
         return replace(rr, patterns=new, precision=prec)
+
+    def _majority_memory(self, rr: RoundResult, ra: robust.RobustAggregate, stored: np.ndarray | None,
+                         precision: np.ndarray | None) -> RoundResult:
+        """The memory after a median / trimmed-mean round: each accepted pattern with its precision
+        (:func:`fedlam.lam.noise_flip_bound`), and, in an *undecided* round, the stored patterns kept.
+
+        The majority count (:func:`fedlam.robust.majority_spike_count`) stops at the first leading
+        direction of the operator that no majority of the uploads holds. When supported directions
+        rank below it (``details["count_cut"]``: no honest majority among the answers, as with one
+        attacker among the two clients that answered), the round cannot tell what the memory should
+        hold. Writing the LAM's patterns alone would erase every stored pattern the cut hid, and
+        the memory would be empty until the next round. So a stored pattern that no accepted
+        pattern re-finds (``|overlap| >=`` the LAM's de-duplication threshold) stays, with its
+        precision: nothing is written and nothing erased. Without ``stored`` (and
+        ``precision``), or with a LAM search that predicts no overlaps, the round's patterns are
+        the LAM's. Derived in {ref}`sec-robust-median`."""
+        res = rr.result
+        gamma = res.extras.get("overlaps") if isinstance(getattr(res, "extras", None), dict) else None
+        pats = rr.patterns
+        if gamma is None and pats.shape[0]:   # no predicted overlaps (search="lam"): no precision
+            return rr
+        N = pats.shape[1]
+        prec = (lam.noise_flip_bound(pats.astype(np.float64), res.vectors, gamma)
+                if gamma is not None and pats.shape[0] else np.zeros(0))
+        if stored is not None and precision is not None and stored.shape[0] and ra.details.get("count_cut"):
+            dedup = lam._make_params(None, self.lam_params).dedup_threshold
+            if stored.shape[1] != N:
+                raise ValueError(f"stored must be (S, {N}) patterns like this round's, got shape {stored.shape}")
+            ov = np.abs(stored.astype(np.float64) @ pats.T.astype(np.float64)) / N if pats.shape[0] else None
+            keep = np.ones(stored.shape[0], dtype=bool) if ov is None else ov.max(axis=1) < dedup
+            if keep.any():
+                pats = np.vstack([pats, stored[keep].astype(np.int8)])
+                prec = np.concatenate([prec, np.asarray(precision, dtype=np.float64)[keep]])
+        return replace(rr, patterns=pats, precision=prec)
 
     def _round_defense(self, uploads: Sequence[Upload]) -> tuple[str, dict[str, Any]] | None:
         """The defence this round runs and its parameters: the server's, or, for

@@ -729,7 +729,8 @@ def majority_spike_count(operator: np.ndarray, uploads: Sequence[Any], n_sigma: 
     counted, the LAM would take the unsupported one. This matters when no honest majority
     exists: one attacker among two uploads (partial participation) makes the median their mean,
     whose leading direction is the fake; the stored patterns still have the quorum (memory), but
-    the count stops at the fake and is 0, so nothing is written that round.
+    the count stops at the fake and is 0, so nothing is written that round (and a server told its
+    stored patterns keeps them: ``federation.Server._majority_memory``).
 
     The basis holds the operator's leading ``d`` eigenvectors, ``d`` the stored span's rank
     plus ``ceil(sum_c k_c / s) + 8`` (``k_c`` the uploads' own counts, ``upload_counts``, computed
@@ -1804,7 +1805,9 @@ def aggregate(
           ``k_hat_median`` (their lower median, for comparison), ``quorum`` (``floor(L/2) + 1``),
           ``n_certified`` (directions each upload certifies in the operator's leading
           eigenvectors), ``k_hat_robust`` (the directions a majority certifies,
-          :func:`majority_spike_count`, also ``max_k``), ``excess_noise_var`` (the
+          :func:`majority_spike_count`, also ``max_k``), ``count_cut`` (True when the count
+          stopped at an unsupported leading direction with supported ones below it: an undecided
+          round, in which ``federation.Server.round`` keeps the stored patterns), ``excess_noise_var`` (the
           semicircle variance of the bulk), ``derived_components``/``derived_noise_var`` (the
           Gaussian model of :func:`robust_noise_var`, for comparison);
         - ``"krum"``: ``scores``, ``selected``.
@@ -1858,8 +1861,12 @@ def aggregate(
         det["derived_noise_var"] = robust_noise_var(comps, v, e)
         k_med, counts = median_spike_count(uploads, N, broadcast=broadcast)
         k_rob, sres = majority_spike_count(J, uploads, broadcast=broadcast, upload_counts=counts)
+        # the count stopped at an unsupported leading direction before the supported ones were
+        # all counted (no honest majority among the answers, e.g. one attacker of two): an
+        # undecided round, in which the server keeps its stored patterns (federation.Server.round)
         det.update(upload_counts=counts, k_hat_median=k_med, k_hat_robust=k_rob,
-                   quorum=int(sres.params["s"]), n_certified=sres.n_certified)
+                   quorum=int(sres.params["s"]), n_certified=sres.n_certified,
+                   count_cut=bool(k_rob < int(sres.supported.shape[1])))
         v_ex = _median_excess_var(J, comps, k_rob)
         det["excess_noise_var"] = v_ex
         return RobustAggregate(J, comps, v_ex, None, det, max_k=k_rob)

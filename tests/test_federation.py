@@ -720,6 +720,61 @@ def test_fresh_acceptance_keeps_correlated_memory_with_one_honest_upload():
         assert robust.memory_span(A).shape == (N, K)
 
 
+@pytest.mark.parametrize("defense", ["median", "trimmed"])
+def test_an_undecided_majority_round_keeps_the_stored_patterns(defense):
+    """One honest client and a poisoner answer (partial participation: the scenario matrix's row
+    2, round 18). The median of two uploads is their mean, whose leading direction is the fake:
+    no majority holds it, so the majority count stops there at 0 (robust.majority_spike_count).
+    Told its stored patterns, the server keeps them (nothing written, nothing erased); without
+    them the round stores nothing, and the memory was empty until the next round. Either way the
+    fake does not enter."""
+    from fedlam import attacks, metrics, operators, robust
+    from fedlam.protocol import Upload
+
+    K, N, M, r = 3, 160, 200, 0.85
+    xi = data.random_archetypes(K, N, 7)
+    A = operators.pattern_operator(xi)
+    poison = attacks.Poison(seed=3)
+    prec = np.array([0.0, 1.5, 3.0])
+    for seed in range(3):
+        X, _ = data.sample_examples(xi, M, r, np.ones(K) / K, rng=seed)
+        honest = Upload(0.5 * operators.hebbian(X) + 0.5 * A, M, 0.5, 1 - r ** 2)
+        ups = [honest, Upload(operators.pattern_operator(poison.fake(N)[None]), M, float("nan"), 1 - r ** 2)]
+        srv = F.Server(defense=defense)
+        ra = robust.aggregate(ups, None, defense, srv.defense_params, broadcast=A)
+        assert ra.details["count_cut"] and ra.details["k_hat_robust"] == 0, seed
+        bare = srv.round(ups, np.random.default_rng(seed), broadcast=A)
+        assert bare.patterns.shape[0] == 0, seed
+        rr = srv.round(ups, np.random.default_rng(seed), broadcast=A, stored=xi, precision=prec)
+        assert rr.patterns.shape == (K, N) and np.all(metrics.magnetization(rr.patterns, xi) == 1.0), seed
+        np.testing.assert_array_equal(rr.precision, prec)
+        assert not attacks.fake_in_memory(rr.patterns, poison.fake(N), xi)
+        if defense != "median":
+            continue     # (a trimmed mean of three uploads trims none of them: no majority rule)
+        # with an honest majority the round decides: the count is not cut, the LAM's patterns stand
+        third = Upload(0.5 * operators.hebbian(data.sample_examples(xi, M, r, np.ones(K) / K, rng=10 + seed)[0])
+                       + 0.5 * A, M, 0.5, 1 - r ** 2)
+        full = srv.round(ups + [third], np.random.default_rng(seed), broadcast=A, stored=xi, precision=prec)
+        assert full.patterns.shape == (K, N) and np.all(metrics.magnetization(full.patterns, xi) == 1.0), seed
+        assert not np.array_equal(full.precision, prec)   # the accepted patterns' own precision
+
+
+def test_stored_and_precision_are_checked():
+    from fedlam import operators
+    from fedlam.protocol import Upload
+
+    xi = data.random_archetypes(2, 100, 0)
+    X, _ = data.sample_examples(xi, 100, 0.9, np.ones(2) / 2, rng=0)
+    ups = [Upload(operators.hebbian(X), 100, 1.0, 0.19)] * 2
+    srv = F.Server(defense="median")
+    with pytest.raises(ValueError, match="precision must be a \\(2,\\) array"):
+        srv.round(ups, np.random.default_rng(0), stored=xi, precision=np.zeros(3))
+    with pytest.raises(ValueError, match="precision must be a \\(2,\\) array"):
+        srv.round(ups, np.random.default_rng(0), stored=xi, precision=np.array([0.0, -1.0]))
+    with pytest.raises(ValueError, match="stored"):
+        srv.round(ups, np.random.default_rng(0), stored=xi.astype(float) * 0.5, precision=np.zeros(2))
+
+
 @pytest.mark.parametrize("server_kw", [{}, {"defense": "support"}, {"defense": "median"}])
 def test_the_memory_reaches_the_in_span_search_only(server_kw):
     """A server that keeps the uploads hands its broadcast to the factorization (the floor of a

@@ -158,10 +158,29 @@ def test_violations_catch_a_bad_history():
                                  magnetization=np.array([[1.0, 1.0, 1.0]] * 4 + [[1.0, 1.0, 0.1]]),
                                  patterns=pats)
     found = violations(row, hist, xi, sched)
-    assert [v.split(" ")[0] for v in found] == ["spurious", "K-hat", "archetypes", "the"]
-    assert "[4]" in found[0] and "[3]" in found[1] and "[2]" in found[2] and "[4]" in found[3]
+    assert [v.split(" ")[0] for v in found] == ["spurious", "K-hat", "archetypes", "recovered", "the"]
+    assert "[4]" in found[0] and "[3]" in found[1] and "[2]" in found[2] and "(4, 2)" in found[3]
+    assert "[4]" in found[4]
     # an archetype lost in a round before the last (an oscillating memory) is caught too
     hist.magnetization = np.array([[1.0, 1.0, 1.0]] * 2 + [[1.0, 0.0, 1.0]] + [[1.0, 1.0, 1.0]] * 2)
     hist.spurious, hist.k_hat, hist.patterns = np.zeros(5, dtype=int), np.full(5, 3), [xi.copy()] * 5
     assert violations(row, hist, xi, sched) == [
         "archetypes [1] not recovered in rounds [2] of the last 10 (lowest m = 0.000)"]
+
+
+def test_violations_catch_a_memory_lost_for_one_round():
+    """Retention: a memory emptied for one round after the burn-in (row 2's round 18 before the
+    undecided median round kept the stored patterns) breaks it, though the last 10 rounds recover."""
+    row = ROWS[0]
+    xi = row_archetypes("random")
+    T_h = 15
+    sched = row_schedule("static", T_h)
+    m = np.ones((T_h, 3))
+    m[4] = 0.0
+    hist = types.SimpleNamespace(spurious=np.zeros(T_h, dtype=int), k_hat=np.full(T_h, 3), magnetization=m,
+                                 patterns=[xi.copy()] * T_h)
+    assert violations(row, hist, xi, sched) == [
+        "recovered archetypes forgotten later (round, archetype): [(4, 0), (4, 1), (4, 2)] (lowest m = 0.000)"]
+    m[4] = 1.0
+    m[2] = 0.0          # inside the burn-in: not a violation
+    assert violations(row, hist, xi, sched) == []
