@@ -719,7 +719,7 @@ class Server:
             version's precision takes its place (:func:`fedlam.refresh.merge_versions`);
             without them every accepted pattern stays. With ``defense="median"`` or
             ``"trimmed"`` an undecided round (no majority for the leading direction) keeps the
-            stored patterns it did not re-find (:meth:`_majority_memory`). Other acceptances
+            stored patterns it did not re-find (``Server._majority_memory``). Other acceptances
             ignore them.
         """
         if isinstance(uploads, Upload) or not isinstance(uploads, Sequence) or len(uploads) == 0:
