@@ -51,6 +51,9 @@ median count's memory test (Rayleigh quotient above 1/2 in the broadcast) missed
 direction of three stored silhouettes (broadcast eigenvalue 0.46). The count now takes the
 whole stored span as memory (:func:`fedlam.robust.majority_spike_count`); re-measured on the
 four median rows (2, 3, 5, 12) at seeds 100 + i and 1000 + i, every invariant holds.
+Measured on 2026-12-02 with the retention invariant and the undecided median round keeping the
+memory (not part of the tests): all 14 rows hold every invariant at seeds 1000 + i, 2000 + i and
+3000 + i.
 Rows that break an invariant today are strict
 ``xfail`` with the measured failure: they are open work of issue 18, and a fix makes the run
 fail until the mark is removed.
