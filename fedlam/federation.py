@@ -432,6 +432,13 @@ class RoundResult:
         return vec if isinstance(vec, np.ndarray) and vec.ndim == 2 and vec.shape[1] else None
 
 
+def _predicted_overlaps(result: Any) -> np.ndarray | None:
+    """The in-span search's predicted overlaps of the detected eigenvectors (``extras["overlaps"]``
+    of a factorize result), or None (the LAM search predicts none)."""
+    extras = getattr(result, "extras", None)
+    return extras.get("overlaps") if isinstance(extras, dict) else None
+
+
 class Server:
     """The server: aggregates uploads, factorizes, broadcasts. Derived in {ref}`sec-protocol`.
 
@@ -731,12 +738,7 @@ class Server:
             raise ValueError("stored and precision must be given together (the last round's RoundResult.patterns "
                              f"and .precision), got stored={_describe(stored)}, precision={_describe(precision)}")
         if stored is not None:
-            check_pm1(stored, "stored", ndim=2, allow_empty=True)
-            if (not isinstance(precision, np.ndarray) or precision.shape != (stored.shape[0],)
-                    or not np.issubdtype(precision.dtype, np.number) or not np.all(np.isfinite(precision))
-                    or np.any(precision < 0)):
-                raise ValueError(f"precision must be a ({stored.shape[0]},) array of finite bounds >= 0, one per "
-                                 f"stored pattern, got {_describe(precision)}")
+            refresh._check_memory(stored, precision)
         sizes = np.array([u.batch_size for u in uploads], dtype=np.float64)
         weights = self.weights(len(uploads), sizes)
         if self.defense is None and self.round_acceptance(uploads) == "fresh":
@@ -811,7 +813,7 @@ class Server:
         stored versions they refine (:func:`fedlam.refresh.merge_versions`, with ``stored`` and
         ``precision``), then refreshed where every voter agrees; each with its precision."""
         res = rr.result
-        gamma = res.extras.get("overlaps") if isinstance(getattr(res, "extras", None), dict) else None
+        gamma = _predicted_overlaps(res)
         if gamma is None:            # the LAM search (search="lam") predicts no overlaps: no precision
             pats = self._refresh(uploads, broadcast, rr.patterns, rr.aggregate, weights, params, products)
             return rr if pats is rr.patterns else replace(rr, patterns=pats)
@@ -843,22 +845,21 @@ class Server:
         ``precision``), or with a LAM search that predicts no overlaps, the round's patterns are
         the LAM's. Derived in {ref}`sec-robust-median`."""
         res = rr.result
-        gamma = res.extras.get("overlaps") if isinstance(getattr(res, "extras", None), dict) else None
+        gamma = _predicted_overlaps(res)
         pats = rr.patterns
-        if gamma is None and pats.shape[0]:   # no predicted overlaps (search="lam"): no precision
+        K = pats.shape[0]
+        if gamma is None and K:   # no predicted overlaps (search="lam"): no precision
             return rr
-        N = pats.shape[1]
-        prec = (lam.noise_flip_bound(pats.astype(np.float64), res.vectors, gamma)
-                if gamma is not None and pats.shape[0] else np.zeros(0))
+        prec = lam.noise_flip_bound(pats.astype(np.float64), res.vectors, gamma) if gamma is not None else np.zeros(0)
         if stored is not None and precision is not None and stored.shape[0] and ra.details.get("count_cut"):
-            dedup = lam._make_params(None, self.lam_params).dedup_threshold
-            if stored.shape[1] != N:
-                raise ValueError(f"stored must be (S, {N}) patterns like this round's, got shape {stored.shape}")
-            ov = np.abs(stored.astype(np.float64) @ pats.T.astype(np.float64)) / N if pats.shape[0] else None
-            keep = np.ones(stored.shape[0], dtype=bool) if ov is None else ov.max(axis=1) < dedup
-            if keep.any():
-                pats = np.vstack([pats, stored[keep].astype(np.int8)])
-                prec = np.concatenate([prec, np.asarray(precision, dtype=np.float64)[keep]])
+            pr = refresh._check_memory(stored, precision, pats.shape[1])
+            # the round's patterns first: a stored pattern they re-find is their duplicate
+            both = np.vstack([pats, stored.astype(np.int8)])
+            order = np.concatenate([np.ones(K), np.zeros(stored.shape[0])])
+            kept = lam.deduplicate(both, order, lam._make_params(None, self.lam_params).dedup_threshold)
+            old = np.sort(kept[kept >= K]) - K
+            pats = np.vstack([pats, stored[old].astype(np.int8)])
+            prec = np.concatenate([prec, pr[old]])
         return replace(rr, patterns=pats, precision=prec)
 
     def _round_defense(self, uploads: Sequence[Upload]) -> tuple[str, dict[str, Any]] | None:

@@ -231,6 +231,22 @@ def _replace(out: np.ndarray, products: Sequence[np.ndarray], max_flips: float) 
     return out, changed
 
 
+def _check_memory(stored: Any, precision: Any, N: int | None = None) -> np.ndarray:
+    """Validate a server's stored patterns and their precisions (``Server.round``'s ``stored``
+    and ``precision``): ``stored`` (S, N) +-1 (``N`` when given), ``precision`` an (S,) numeric
+    array of finite bounds >= 0. Returns the precision as float64."""
+    check_pm1(stored, "stored", ndim=2, allow_empty=True)
+    if N is not None and stored.shape[1] != N:
+        raise ValueError(f"stored must be (S, {N}) patterns like this round's, got shape {stored.shape}")
+    S = stored.shape[0]
+    if (not isinstance(precision, np.ndarray) or precision.shape != (S,) or precision.dtype == np.bool_
+            or not np.issubdtype(precision.dtype, np.number) or not np.all(np.isfinite(precision))
+            or np.any(precision < 0)):
+        raise ValueError(f"precision must be a ({S},) array of finite bounds >= 0, one per stored pattern, "
+                         f"got {_describe(precision)}")
+    return precision.astype(np.float64)
+
+
 def merge_versions(patterns: np.ndarray, bounds: np.ndarray, stored: np.ndarray,
                    precision: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge the versions of one archetype among a round's patterns; return them with their precision.
@@ -266,16 +282,11 @@ def merge_versions(patterns: np.ndarray, bounds: np.ndarray, stored: np.ndarray,
     Derived in {ref}`sec-exp-drift-duplicates`.
     """
     check_pm1(patterns, "patterns", ndim=2, allow_empty=True)
-    check_pm1(stored, "stored", ndim=2, allow_empty=True)
     N = patterns.shape[1]
-    if stored.shape[1] != N:
-        raise ValueError(f"stored must be (S, {N}) like patterns, got shape {stored.shape}")
+    pr = _check_memory(stored, precision, N)
     b = np.asarray(bounds, dtype=np.float64)
-    pr = np.asarray(precision, dtype=np.float64)
     if b.shape != (patterns.shape[0],) or not np.all(np.isfinite(b)) or np.any(b < 0):
         raise ValueError(f"bounds must be ({patterns.shape[0]},) finite >= 0, got {_describe(bounds)}")
-    if pr.shape != (stored.shape[0],) or not np.all(np.isfinite(pr)) or np.any(pr < 0):
-        raise ValueError(f"precision must be ({stored.shape[0]},) finite >= 0, got {_describe(precision)}")
     X = np.array(patterns, dtype=np.int8)
     K = X.shape[0]
     if K == 0:

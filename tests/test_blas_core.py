@@ -22,21 +22,21 @@ def test_other_core_is_never_the_native_one():
     assert blas_core.other_core({"numpy": "SkylakeX", "scipy": "Haswell"}) == "Sandybridge"
 
 
-def _run(*args: str, core: str | None = None) -> subprocess.CompletedProcess:
+def _run(*args: str, core: str | None = None, script: list[str] | None = None) -> subprocess.CompletedProcess:
+    """The script (or ``python -c`` code: ``script``) with OPENBLAS_CORETYPE unset, or set to ``core``."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     if core is not None:
         env["OPENBLAS_CORETYPE"] = core
-    return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, *(script or [str(SCRIPT)]), *args], env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_other_core_on_this_machine_takes_effect():
     """What CI forces is not what OpenBLAS picks here, and forcing it changes the kernel."""
     # the native kernel, read without an OPENBLAS_CORETYPE this process may have inherited
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     code = (f"import json, sys; sys.path.insert(0, {str(SCRIPT.parent)!r}); import blas_core; "
             "print(json.dumps(blas_core.openblas_cores()))")
-    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    shown = _run(script=["-c", code])
     assert shown.returncode == 0, shown.stderr
     native = json.loads(shown.stdout)
     if any(v.startswith("unknown") for v in native.values()):
