@@ -144,7 +144,7 @@ def _eig_top(J: np.ndarray, k: int, method: str = "auto", start: np.ndarray | No
     N = J.shape[0]
     if k == N:
         return _eig_full(J)
-    large = N >= 500 and 10 * k <= N
+    large = N >= BLOCK_MIN_N and 10 * k <= N
     if method == "auto":
         method = "lanczos" if large else "evr"
     elif method == "server":
@@ -189,6 +189,28 @@ VALUE_TW_FRACTION = 0.1
 #: operator size from which ``precision="auto"`` iterates in mixed precision (``J`` of 32 MB:
 #: beyond the caches, a product is a pass over main memory)
 MIXED_MIN_N = 2000
+
+
+#: the server's spectrum comes from the block solver from this ``N`` on (and ``10 k <= N``)
+BLOCK_MIN_N = 500
+
+
+def _server_sizes(N: int, threshold: float | None) -> tuple[int, int]:
+    """(first size ``m``, margin) of the server's growing partial spectrum.
+
+    The server asks its solver for ``m`` values and counts K-hat among them; the count may be
+    limited by ``m`` -- the spectrum grows 4x -- while ``K_hat >= m - margin``. The block solver
+    (from :data:`BLOCK_MIN_N` on) under a count threshold places every value below it there (a
+    lower bound whose eigenvalue lies below, :func:`_eig_block`), and the rule reads each value
+    only as above or below: two computed values below the threshold prove the count
+    (``margin = 1``), so it starts from 8 values, and every value it is asked for costs columns
+    in every product. Otherwise (LAPACK's subset solver below :data:`BLOCK_MIN_N`, whose extra
+    values cost next to nothing; the bulk-fitting rules, which read the values after K-hat) it
+    starts from 16 and keeps 8 values past the count. Derived in {ref}`sec-cost-block`.
+    """
+    if threshold is not None and N >= BLOCK_MIN_N:
+        return 8, 1
+    return min(N, 16), 8
 
 
 def _float32_rtol(N: int) -> float:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fedlam import _eig
 from fedlam._validation import _describe, as_float_array, check_nonneg_int, check_positive_int, check_real
 
 __all__ = [
@@ -70,7 +71,7 @@ RAYLEIGH_RITZ_FLOPS_PER_NB2: float = 28.0
 
 #: The server's spectrum comes from the block solver from this ``N`` on (and when
 #: ``10 k <= N``, ``2 (k + 8) <= N``); below, from LAPACK's subset solver.
-BLOCK_MIN_N: int = 500
+BLOCK_MIN_N: int = _eig.BLOCK_MIN_N
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def block_solver_cost(
     q: float,
     K_hat: int = 0,
     *,
-    k: int = 16,
+    k: int | None = None,
     oversample: int = 8,
     n_sigma: float | None = 4.0,
     value_fraction: float = 0.1,
@@ -192,8 +193,9 @@ def block_solver_cost(
         Aspect ratio ``N / (total examples)`` of the bulk, finite and > 0.
     K_hat : int, default 0
         Spikes above the bulk, ``0 <= K_hat < k``.
-    k : int, default 16
-        Eigenpairs computed (the server's :func:`server_top_k`).
+    k : int or None, default None
+        Eigenpairs computed; None: the server's, :func:`server_top_k` (with the threshold
+        when ``n_sigma`` is given).
     oversample : int, default 8
         Extra block columns (the solver's ``b = k + 8``), ``>= 1``.
     n_sigma : float or None, default 4.0
@@ -215,8 +217,11 @@ def block_solver_cost(
     --------
     >>> est = block_solver_cost(1000, 1 / 3, 6)
     >>> est.block_size, est.columns == est.block_size * est.blocks
-    (24, True)
+    (16, True)
     """
+    if k is None:
+        k = server_top_k(check_positive_int(N, "N", minimum=2), check_nonneg_int(K_hat, "K_hat"),
+                         threshold=n_sigma is not None)
     k = check_positive_int(k, "k")
     p = check_positive_int(oversample, "oversample")
     b = k + p
@@ -267,12 +272,15 @@ def block_solver_cost(
     )
 
 
-def server_top_k(N: int, K_hat: int) -> int:
+def server_top_k(N: int, K_hat: int, *, threshold: bool = True) -> int:
     """Eigenpairs the server computes for ``K_hat`` detected directions.
 
-    The server asks for 16 and, while ``K_hat >= k - 8`` (the count may be limited by the
-    length of the spectrum), for four times as many (16, 64, 256, ...), at most ``N``
-    ({ref}`sec-cost-block`). The earlier, shorter solves are not counted by :func:`round_cost`.
+    Under its K-hat threshold (``threshold=True``, the default free-edge rule) and from
+    :data:`BLOCK_MIN_N` on (the block solver) the server asks for 8 and, while ``K_hat >= k - 1`` (fewer than two computed values below the threshold: the
+    count may be limited by the length of the spectrum), for four times as many (8, 32, 128,
+    ...); without one (the bulk-fitting rules), or below :data:`BLOCK_MIN_N`, for 16, growing while ``K_hat >= k - 8`` (16, 64,
+    256, ...); at most ``N`` ({ref}`sec-cost-block`). The earlier, shorter solves are not counted
+    by :func:`round_cost`.
 
     Parameters
     ----------
@@ -280,6 +288,8 @@ def server_top_k(N: int, K_hat: int) -> int:
         Dimension, ``>= 2``.
     K_hat : int
         Detected directions, ``>= 0``.
+    threshold : bool, default True
+        Whether the server's solver works under a count threshold.
 
     Returns
     -------
@@ -287,8 +297,10 @@ def server_top_k(N: int, K_hat: int) -> int:
     """
     N = check_positive_int(N, "N", minimum=2)
     K_hat = check_nonneg_int(K_hat, "K_hat")
-    k = min(N, 16)
-    while k < N and K_hat >= k - 8:
+    if not isinstance(threshold, (bool, np.bool_)):
+        raise TypeError(f"threshold must be a bool, got {_describe(threshold)}")
+    k, margin = _eig._server_sizes(N, 1.0 if threshold else None)
+    while k < N and K_hat >= k - margin:
         k = min(N, 4 * k)
     return k
 
@@ -538,7 +550,8 @@ def round_cost(
         pipeline's, and fedlam's when the server needs all ``N`` pairs).
     top_k : int or None, default None
         Eigenpairs fedlam's server computes, ``K_hat < top_k <= N``; None: the server's rule
-        (:func:`server_top_k`: 16, or 64 when ``K_hat >= 8``, ...).
+        (:func:`server_top_k`: from :data:`BLOCK_MIN_N` on under the threshold 8, or 32 when
+        ``K_hat >= 7``, ...; else 16, or 64 when ``K_hat >= 8``, ...).
     oversample : int, default 8
         Extra columns of the block solver's block, ``b = top_k + oversample``.
     n_sigma : float or None, default 4.0
@@ -586,7 +599,7 @@ def round_cost(
     if K_hat == 0:
         s = 0  # nothing detected: no seeds, no dynamics (the broadcast is the zero operator)
     if top_k is None:
-        k_top = server_top_k(N, K_hat)
+        k_top = server_top_k(N, K_hat, threshold=n_sigma is not None)
     else:
         k_top = check_positive_int(top_k, "top_k")
         if k_top > N or k_top <= min(K_hat, N - 1):

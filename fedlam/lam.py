@@ -36,7 +36,7 @@ import numpy as np
 
 from fedlam import khat
 from fedlam import spectral as _sp
-from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top, _ensure_vectors
+from fedlam._eig import _check_spectrum_of, _eig_full, _eig_top, _ensure_vectors, _server_sizes
 from fedlam._validation import (
     _describe,
     as_rng,
@@ -688,18 +688,18 @@ def _server_spectrum(J: np.ndarray, p: LAMParams, rng: np.random.Generator,
         edge, s_tw, threshold = khat._model_edge(comps, N, float(kw.get("noise_var", 0.0)), kw.get("margin"),
                                                  kw.get("n_sigma", 4.0))
         bulk_edge = (edge, s_tw)
-    m = min(N, 16)
+    m, margin = _server_sizes(N, threshold)
     while True:
         spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge, threshold=threshold)
         kres = _sp.estimate_k(spec, p.k_method, dream_time=p.dream_time, tau=p.tau, **kw)
         if m == N:
             return spec, kres
-        limited = kres.k_hat >= m - 8 or bool(kres.details.get("truncated", False))
+        limited = kres.k_hat >= m - margin or bool(kres.details.get("truncated", False))
         if p.k_method in ("mp", "tw") and not limited:
             limited = _remainder_hides_spikes(spec, max(1, N // 4))
         if not limited:
             return _ensure_vectors(J, spec, kres.k_hat, threshold), kres
-        m = min(N, 4 * m)  # 16 -> 64 -> 256 ...
+        m = min(N, 4 * m)  # 8 -> 32 -> 128 ... (16 -> 64 -> 256 ... without a threshold)
         start = spec.vectors
 
 

@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from fedlam import khat, operators
-from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _top_values_spectrum
+from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _server_sizes, _top_values_spectrum
 from fedlam._validation import (
     _describe,
     check_count,
@@ -1589,15 +1589,15 @@ def _top_spectrum_for(J: np.ndarray, comps: list, noise_var: float, n_sigma: flo
     converged: the support test works in their span.
     """
     N = J.shape[0]
-    m = min(N, 16)
     bulk_edge = threshold = None
     if comps:
         edge, s_tw, threshold = khat._model_edge(comps, N, noise_var, n_sigma=n_sigma)
         bulk_edge = (edge, s_tw)
+    m, margin = _server_sizes(N, threshold)
     while True:
         spec = _eig_top(J, m, "server", start=start, bulk_edge=bulk_edge, threshold=threshold)
         k = khat._k_hat_components(spec, comps, noise_var, n_sigma=n_sigma).k_hat
-        if m == N or k < m - 8:
+        if m == N or k < m - margin:
             return _ensure_vectors(J, spec, int(k), threshold), int(k)
         m = min(N, 4 * m)
         start = spec.vectors

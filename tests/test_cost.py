@@ -61,7 +61,7 @@ def test_block_solver_cost_formula_by_hand():
         eps = (0.1 * s + 0.25 * s * max(pos(j) - 4, 0)) / spread
         tan0 = np.sqrt(N / (24 - i + 1))
         ts.append(1 + int(np.ceil(np.arccosh(tan0 / np.sqrt(eps)) / np.arccosh(1 + 2 * gamma))))
-    est = cost.block_solver_cost(N, q, K, n_sigma=None)
+    est = cost.block_solver_cost(N, q, K, k=16, n_sigma=None)
     assert est.blocks == max(ts) and est.limiting == K + 1 + int(np.argmax(ts))
     assert est.block_size == 24 and est.columns == 24 * est.blocks
     assert est.product_flops == pytest.approx(2 * N**2 * 24 * est.blocks)
@@ -75,7 +75,10 @@ def test_block_solver_cost_formula_by_hand():
         eps = 0.5 * s * (4 + pos(j)) / spread
         ts_thr.append(1 + int(np.ceil(np.arccosh(np.sqrt(N / (25 - i)) / np.sqrt(eps))
                                       / np.arccosh(1 + 2 * gamma))))
-    assert cost.block_solver_cost(N, q, K).blocks == max(ts_thr)
+    assert cost.block_solver_cost(N, q, K, k=16).blocks == max(ts_thr)
+    # by default the server's size: 8 pairs under the threshold (b = 16), 16 without (b = 24)
+    assert cost.block_solver_cost(N, q, K).block_size == 16
+    assert cost.block_solver_cost(N, q, K, n_sigma=None).block_size == 24
 
 
 def test_block_solver_cost_scaling_and_monotonicity():
@@ -107,15 +110,40 @@ def test_round_cost_spectrum_is_the_block_solver():
     # the threshold switch and the oversampling reach the model
     no_thr = _by_name(cost.round_cost(1000, 800, 3, clients=5, n_sigma=None))["spectrum"].ours
     assert no_thr == pytest.approx(cost.block_solver_cost(1000, 0.25, 3, n_sigma=None).flops)
-    # K_hat >= 8: the server computes 64 pairs
+    # K_hat >= 7 under the threshold: the server computes 32 pairs; without one, 64 from K_hat = 8
     st8 = _by_name(cost.round_cost(1000, 800, 8, clients=5))
-    assert st8["spectrum"].ours == pytest.approx(cost.block_solver_cost(1000, 0.25, 8, k=64).flops)
+    assert st8["spectrum"].ours == pytest.approx(cost.block_solver_cost(1000, 0.25, 8, k=32).flops)
+    st8n = _by_name(cost.round_cost(1000, 800, 8, clients=5, n_sigma=None))
+    assert st8n["spectrum"].ours == pytest.approx(cost.block_solver_cost(1000, 0.25, 8, k=64, n_sigma=None).flops)
 
 
 def test_server_top_k_rule():
-    assert cost.server_top_k(1000, 0) == 16 and cost.server_top_k(1000, 7) == 16
-    assert cost.server_top_k(1000, 8) == 64 and cost.server_top_k(1000, 56) == 256
-    assert cost.server_top_k(10, 3) == 10 and cost.server_top_k(100, 60) == 100
+    # under the count threshold: 8, grown 4x while fewer than two computed values lie below it
+    assert cost.server_top_k(1000, 0) == 8 and cost.server_top_k(1000, 6) == 8
+    assert cost.server_top_k(1000, 7) == 32 and cost.server_top_k(1000, 30) == 32
+    assert cost.server_top_k(1000, 31) == 128 and cost.server_top_k(100, 60) == 100
+    # without one (the bulk-fitting rules): 16, grown while K_hat >= k - 8
+    assert cost.server_top_k(1000, 7, threshold=False) == 16 and cost.server_top_k(1000, 8, threshold=False) == 64
+    assert cost.server_top_k(1000, 56, threshold=False) == 256
+    assert cost.server_top_k(10, 3) == 10 and cost.server_top_k(10, 3, threshold=False) == 10
+    with pytest.raises(TypeError, match="threshold"):
+        cost.server_top_k(1000, 3, threshold=1)
+
+
+def test_server_top_k_is_the_size_the_server_solves():
+    """The cost model's rule is the one the server's spectrum follows (lam._server_spectrum)."""
+    from fedlam import data, operators
+    from fedlam.federation import Server
+    from fedlam.protocol import Upload
+
+    rng = np.random.default_rng(5)
+    for K in (6, 7):
+        xi = data.random_archetypes(K, 600, rng)
+        ups = [Upload(operators.hebbian(data.sample_examples(xi, 1200, 0.9, np.full(K, 1 / K), rng)[0]),
+                      1200, 1.0, 1 - 0.9**2) for _ in range(2)]
+        res = Server().round(ups, np.random.default_rng(0)).result
+        assert res.k_hat == K
+        assert len(res.values) == cost.server_top_k(600, K) == (8 if K == 6 else 32)
 
 
 def test_literal_dreaming_is_44_dense_eighs_and_far_above_ours():
@@ -167,7 +195,7 @@ def test_bad_input(kwargs, exc, match):
         ((1000, 0.0), {}, ValueError, "q must be > 0"),
         ((1000, float("inf")), {}, ValueError, "q must be finite"),
         ((1000, "0.5"), {}, TypeError, "q must be a real number"),
-        ((1000, 0.5, 16), {}, ValueError, "K_hat must be < k = 16"),
+        ((1000, 0.5, 16), dict(k=16), ValueError, "K_hat must be < k = 16"),
         ((1000, 0.5, -1), {}, ValueError, "K_hat must be >= 0"),
         ((1000, 0.5), dict(k=0), ValueError, "k must be >= 1"),
         ((1000, 0.5), dict(value_fraction=0.0), ValueError, "value_fraction must be > 0"),
