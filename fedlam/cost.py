@@ -276,11 +276,12 @@ def server_top_k(N: int, K_hat: int, *, threshold: bool = True) -> int:
     """Eigenpairs the server computes for ``K_hat`` detected directions.
 
     Under its K-hat threshold (``threshold=True``, the default free-edge rule) and from
-    :data:`BLOCK_MIN_N` on (the block solver) the server asks for 8 and, while ``K_hat >= k - 1`` (fewer than two computed values below the threshold: the
-    count may be limited by the length of the spectrum), for four times as many (8, 32, 128,
-    ...); without one (the bulk-fitting rules), or below :data:`BLOCK_MIN_N`, for 16, growing while ``K_hat >= k - 8`` (16, 64,
-    256, ...); at most ``N`` ({ref}`sec-cost-block`). The earlier, shorter solves are not counted
-    by :func:`round_cost`.
+    :data:`BLOCK_MIN_N` on (the block solver) the server asks for 8 and, while
+    ``K_hat >= k - 1`` (fewer than two computed values below the threshold: the count may be
+    limited by the length of the spectrum), for four times as many (8, 32, 128, ...); without
+    one (the bulk-fitting rules), or below :data:`BLOCK_MIN_N`, for 16, growing while
+    ``K_hat >= k - 8`` (16, 64, 256, ...); at most ``N`` ({ref}`sec-cost-block`). The
+    earlier, shorter solves are not counted by :func:`round_cost`.
 
     Parameters
     ----------
@@ -440,7 +441,8 @@ def measure_block_counts(
     r : float, default 0.8
         Correlation of the examples with their archetype, in ``(0, 1)``.
     k : int, default 16
-        Eigenpairs computed (the server's first solve).
+        Eigenpairs computed (16: the server's first solve without a threshold; under one it
+        asks for 8 from :data:`BLOCK_MIN_N` on, :func:`server_top_k`).
     seed : int, default 95
         Seed of the data at every size.
 

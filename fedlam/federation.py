@@ -968,6 +968,8 @@ class History:
         server's block solver computed them against its K̂ threshold (the default free-edge
         rule, N >= 500), the values below that threshold are lower bounds placed below it,
         several Tracy-Widom scales low (see the book's section on the block eigensolver).
+        Under that threshold the server computes 8 values (32, 128, ... while K̂ >= 7,
+        :func:`fedlam.cost.server_top_k`); columns beyond those it computed are NaN.
     spectral_gap : numpy.ndarray
         (T,) relative gap of the aggregate after its K̂-th eigenvalue (NaN when K̂ = 0); the
         value after the K̂-th is such a lower bound.
@@ -1161,7 +1163,8 @@ def run_federation(
     aggregation : {"equal", "batch"} or numpy.ndarray
         Server aggregation (see :class:`Server`).
     n_top : int
-        Number of leading server eigenvalues recorded.
+        Number of leading server eigenvalues recorded (NaN beyond those the server computed,
+        see :class:`History`).
     control_round0 : bool
         False (default, the paper): round 0 uploads local operators with ``w = 1``.
         True: round 0 runs the controllers against the zero broadcast (nothing in memory),
