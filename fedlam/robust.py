@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from fedlam import khat, operators
-from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _server_sizes, _top_values_spectrum
+from fedlam._eig import Spectrum, _eig_top, _ensure_vectors, _server_sizes, _sym_matmul, _top_values_spectrum
 from fedlam._validation import (
     _describe,
     check_count,
@@ -1190,7 +1190,7 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
     if broadcast is not None and d and kept is not None and kept.compression is not None:
         AQ = kept.times(None, Q)      # the broadcast is span M span^T: no pass over it
     elif broadcast is not None and d:
-        AQS = broadcast @ QS
+        AQS = _sym_matmul(broadcast, QS)
         AQ = AQS[:, :d]
         if keeper is not None:
             keeper.of_broadcast = AQS[:, d:]
@@ -1201,7 +1201,7 @@ def _certify(uploads: Sequence[Any], ops: Sequence[np.ndarray], Q: np.ndarray, b
 
     def prod(c: int) -> np.ndarray:
         if c not in products:
-            Y = ops[c] @ QS
+            Y = _sym_matmul(ops[c], QS)
             products[c] = Y[:, :d]
             if keeper is not None:
                 keeper.of_upload[c] = Y[:, d:]

@@ -505,3 +505,22 @@ def test_threshold_placement_in_a_noised_bulk(f):
         assert int(np.sum(spec.values > thr)) == int(np.sum(w[:16] > thr)), thr
     res = privacy.factorize_noised(Jn, 5, components=comp, noise_sigma=sig)
     assert res.k_hat == int(np.sum(w[:16] > res.k_result.threshold))
+
+
+def test_sym_matmul_is_the_product_with_a_symmetric_operator():
+    # the block solver's and the certification's products, (W^T J)^T for symmetric J: the same
+    # numbers as J @ W to rounding, for float64 and float32, C- and F-ordered W, one column too
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((300, 300))
+    J = A + A.T
+    for W in (rng.standard_normal((300, 12)), np.asfortranarray(rng.standard_normal((300, 5))),
+              rng.standard_normal((300, 1))):
+        out = _eig._sym_matmul(J, W)
+        assert out.shape == W.shape and out.dtype == np.float64
+        np.testing.assert_allclose(out, J @ W, rtol=0, atol=1e-12 * np.abs(J).sum(axis=1).max())
+    out32 = _eig._sym_matmul(J.astype(np.float32), W.astype(np.float32))
+    assert out32.dtype == np.float32
+    np.testing.assert_allclose(out32, J @ W, rtol=0, atol=1e-4 * np.abs(J).sum(axis=1).max())
+    # a non-symmetric matrix gives J^T W, not J W: the helper is only for symmetric operators
+    B = rng.standard_normal((300, 300))
+    assert not np.allclose(_eig._sym_matmul(B, W), B @ W)
